@@ -1,0 +1,1 @@
+"""Packaged board profiles (TOML files in this folder)."""

@@ -1,0 +1,1 @@
+"""CUDA pre/post-processing kernels with CPU references."""

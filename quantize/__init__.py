@@ -1,0 +1,1 @@
+"""INT8 quantization: streaming calibration, per-target QDQ emission, accuracy report."""

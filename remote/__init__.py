@@ -1,0 +1,1 @@
+"""Boards and the remote runner: profiles, SSH, push, the board agent, power sampling."""

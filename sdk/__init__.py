@@ -1,0 +1,55 @@
+"""edgesdk: take a trained model to edge devices and prove how it runs there.
+
+The Python API, loaded lazily so ``import sdk`` stays fast and needs no runtime::
+
+    import sdk
+    model = sdk.Model.load("model.onnx")
+    print(model.inspect())
+    with sdk.get_target("onnxruntime", threads=2).open(model) as session:
+        outputs = session.run({"x": x})
+    result = sdk.benchmark(model, "onnxruntime", runs=200, min_seconds=2)
+    print(result.stats.p99_ms)
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Model": "sdk.model",
+    "ModelInfo": "sdk.model",
+    "TensorSpec": "sdk.tensors",
+    "LatencyStats": "sdk.bench",
+    "measure_latency": "sdk.bench",
+    "random_feed": "sdk.data",
+    "load_feeds": "sdk.data",
+    "PreprocessSpec": "sdk.preprocess",
+    "Target": "sdk.targets",
+    "Session": "sdk.targets",
+    "Artifact": "sdk.targets",
+    "get_target": "sdk.targets",
+    "register_target": "sdk.targets",
+    "target_names": "sdk.targets",
+    "benchmark": "sdk.targets.measure",
+    "BenchResult": "sdk.targets.measure",
+    "errors": "sdk.errors",
+    "EdgeSDKError": "sdk.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sdk' has no attribute '{name}'")
+    mod = importlib.import_module(module)
+    value = mod if name == "errors" else getattr(mod, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

@@ -1,0 +1,87 @@
+"""``sdk bench`` and ``sdk targets``."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_cmd)
+    app.command("targets")(targets_cmd)
+
+
+def bench_cmd(
+    model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
+    target: str = typer.Option("onnxruntime", "--target", "-t", help="Target name (see `sdk targets`)."),
+    input_shape: Optional[List[str]] = typer.Option(
+        None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640 (repeatable)."),
+    runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs before measuring."),
+    min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Runtime threads."),
+    provider: Optional[List[str]] = typer.Option(
+        None, "--provider", help="onnxruntime execution provider in priority order: cpu, cuda, tensorrt, xnnpack..."),
+    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
+    data: Optional[str] = typer.Option(None, "--data", help="Real inputs: .npy/.npz file or folder."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    samples: bool = typer.Option(False, "--samples", help="Include every latency sample in the JSON."),
+) -> None:
+    """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
+    from ..tensors import parse_input_shapes
+    from ..targets import benchmark
+    from ._common import console, latency_table, parse_options, write_json
+
+    shapes = parse_input_shapes(input_shape or [])
+    opts = parse_options(option)
+    if threads is not None:
+        opts["threads"] = threads
+    if provider:
+        opts["providers"] = [p for item in provider for p in item.split(",") if p]
+    result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=data, warmup=warmup,
+                       runs=runs, min_seconds=min_seconds, seed=seed)
+    out = result.to_dict(samples=samples)
+    if json_path == "-":
+        write_json("-", out)
+        return
+    c = console()
+    c.print(latency_table(f"{out['model']['path']} on {out['target']}", [out]))
+    c.print(f"host: {out['host']['cpu']}, {out['host']['cores']} cores; "
+            f"{out['target']} {out['runtime'].get('version') or ''}".rstrip())
+    if json_path:
+        write_json(json_path, out)
+        c.print(f"wrote {json_path}")
+
+
+def targets_cmd(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List targets: available here or not (and why), runtime version."""
+    from ..targets import target_class, target_names
+    from ..errors import EdgeSDKError
+    from ._common import console, write_json
+
+    rows = []
+    for name in target_names():
+        try:
+            cls = target_class(name)
+            avail = cls.availability(deep=True)
+            rows.append({"name": name, "available": avail.available, "version": avail.version,
+                         "reason": avail.reason, "details": avail.details, "description": cls.description})
+        except EdgeSDKError as exc:
+            rows.append({"name": name, "available": False, "version": None, "reason": str(exc),
+                         "details": {}, "description": ""})
+    if json_out:
+        write_json(None, rows)
+        return
+    from rich.table import Table
+
+    t = Table(title="targets")
+    for col in ("target", "available", "version", "notes"):
+        t.add_column(col)
+    for r in rows:
+        notes = r["reason"] or ", ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                                         for k, v in r["details"].items()) or r["description"]
+        t.add_row(r["name"], "[green]yes[/green]" if r["available"] else "[red]no[/red]", r["version"] or "-", notes)
+    console().print(t)

@@ -1,0 +1,182 @@
+"""The one exception tree of edgesdk.
+
+Every error the SDK raises on purpose derives from :class:`EdgeSDKError`. Errors of third-party
+libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they enter, with
+``raise ... from exc``, so a caller catches one base class and the CLI prints one line.
+
+::
+
+    EdgeSDKError
+    ├── MissingDependencyError      an optional package is not installed (names the pip command)
+    ├── InputError                  bad user input: shapes, dtypes, data files, options
+    │   └── ConfigError             a profile / spec / option file with unknown or bad keys
+    ├── ModelError                  the model file itself
+    │   ├── ModelNotFoundError
+    │   ├── ModelFormatError        not ONNX / not TFLite / truncated
+    │   ├── InvalidModelError       parses, but the graph is invalid
+    │   └── UnsupportedModelError   valid, but this operation cannot handle it
+    ├── TargetError                 a runtime backend
+    │   ├── UnknownTargetError
+    │   ├── TargetUnavailableError  runtime missing or broken on this machine
+    │   ├── BuildError              model -> artifact failed
+    │   └── InferenceError          a session failed to run
+    ├── QuantizationError           calibration / QDQ emission
+    ├── RemoteError                 boards and SSH
+    │   ├── UnknownBoardError
+    │   ├── BoardConnectionError    unreachable, timeout, connection reset (transient)
+    │   ├── AuthenticationError
+    │   ├── HostKeyError            unknown or changed host key
+    │   ├── RemoteCommandError      a command on the board failed or hung
+    │   └── TransferError           upload / verify failed
+    ├── PowerError                  power sensors
+    └── ValidationError             a validation run could not be done
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = [
+    "EdgeSDKError",
+    "MissingDependencyError",
+    "InputError",
+    "ConfigError",
+    "ModelError",
+    "ModelNotFoundError",
+    "ModelFormatError",
+    "InvalidModelError",
+    "UnsupportedModelError",
+    "TargetError",
+    "UnknownTargetError",
+    "TargetUnavailableError",
+    "BuildError",
+    "InferenceError",
+    "QuantizationError",
+    "RemoteError",
+    "UnknownBoardError",
+    "BoardConnectionError",
+    "AuthenticationError",
+    "HostKeyError",
+    "RemoteCommandError",
+    "TransferError",
+    "PowerError",
+    "ValidationError",
+]
+
+
+class EdgeSDKError(Exception):
+    """Base of every error edgesdk raises on purpose.
+
+    ``message`` says what is wrong; ``hint`` (optional) says how to fix it. ``str(err)`` joins
+    both into the one line the CLI prints.
+    """
+
+    def __init__(self, message: str, hint: Optional[str] = None):
+        self.message = message
+        self.hint = hint
+        super().__init__(message if not hint else f"{message} ({hint})")
+
+
+class MissingDependencyError(EdgeSDKError):
+    """An optional package is needed for a feature and is not installed."""
+
+    def __init__(self, feature: str, package: str, install: str):
+        self.feature = feature
+        self.package = package
+        super().__init__(
+            f"{feature} needs the '{package}' package, which is not installed",
+            f"install it with: {install}",
+        )
+
+
+class InputError(EdgeSDKError):
+    """Bad user input: an input shape, a dtype, a data file, an option value."""
+
+
+class ConfigError(InputError):
+    """A board profile, spec or configuration file is malformed or has unknown keys."""
+
+
+class ModelError(EdgeSDKError):
+    """A problem with the model file itself."""
+
+
+class ModelNotFoundError(ModelError):
+    pass
+
+
+class ModelFormatError(ModelError):
+    """The file is not a model in a supported format, or is truncated."""
+
+
+class InvalidModelError(ModelError):
+    """The file parses, but the graph is invalid (checker or runtime refuses it)."""
+
+
+class UnsupportedModelError(ModelError):
+    """The model is valid, but the requested operation does not support it."""
+
+
+class TargetError(EdgeSDKError):
+    """A runtime backend failed."""
+
+
+class UnknownTargetError(TargetError):
+    pass
+
+
+class TargetUnavailableError(TargetError):
+    """The target's runtime is missing or broken on this machine."""
+
+
+class BuildError(TargetError):
+    """Turning a model into a target artifact failed."""
+
+
+class InferenceError(TargetError):
+    """A session failed while running."""
+
+
+class QuantizationError(EdgeSDKError):
+    pass
+
+
+class RemoteError(EdgeSDKError):
+    """A board or its SSH connection failed. ``board`` names the board when known."""
+
+    def __init__(self, message: str, hint: Optional[str] = None, board: Optional[str] = None):
+        self.board = board
+        if board and not message.startswith(board):
+            message = f"{board}: {message}"
+        super().__init__(message, hint)
+
+
+class UnknownBoardError(RemoteError):
+    pass
+
+
+class BoardConnectionError(RemoteError):
+    """Unreachable host, timeout or reset: transient, worth a bounded retry."""
+
+
+class AuthenticationError(RemoteError):
+    pass
+
+
+class HostKeyError(RemoteError):
+    pass
+
+
+class RemoteCommandError(RemoteError):
+    pass
+
+
+class TransferError(RemoteError):
+    pass
+
+
+class PowerError(EdgeSDKError):
+    pass
+
+
+class ValidationError(EdgeSDKError):
+    pass

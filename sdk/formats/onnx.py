@@ -1,0 +1,274 @@
+"""ONNX model handler: parse, validate, inspect (ops, params, MACs), simplify, fix shapes, opset."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from ..errors import InputError, InvalidModelError, MissingDependencyError, ModelError, ModelFormatError
+from ..tensors import TensorSpec, check_input_names, format_shape
+from . import ModelFormat
+
+if TYPE_CHECKING:
+    from ..model import Model
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - onnx is a base dependency
+        raise MissingDependencyError("ONNX models", "onnx", "pip install edgesdk") from exc
+    return onnx
+
+
+def onnx_dtype_to_numpy(elem_type: int) -> str:
+    onnx = _onnx()
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _value_info_spec(vi) -> TensorSpec:
+    t = vi.type.tensor_type
+    dims = []
+    if t.HasField("shape"):
+        for d in t.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+    return TensorSpec(vi.name, tuple(dims), onnx_dtype_to_numpy(t.elem_type))
+
+
+def iter_nodes(graph) -> Iterator[Any]:
+    """Every node of ``graph``, including those in subgraphs (If/Loop/Scan bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g is not None and attr.HasField("g"):
+                yield from iter_nodes(attr.g)
+            for g in attr.graphs:
+                yield from iter_nodes(g)
+
+
+class OnnxFormat(ModelFormat):
+    name = "onnx"
+
+    # -- parse / validate -----------------------------------------------------------------------------
+    def parse(self, model: "Model") -> Any:
+        onnx = _onnx()
+        from google.protobuf.message import DecodeError
+
+        where = f"'{model.name}'"
+        try:
+            if model._data is not None:
+                proto = onnx.load_from_string(model._data)
+            else:
+                proto = onnx.load(str(model.path))
+        except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
+            raise ModelFormatError(
+                f"{where} is not a readable ONNX model (truncated or another format): {str(exc).splitlines()[0]}"
+            ) from exc
+        except OSError as exc:
+            raise ModelFormatError(f"cannot read {where}: {exc}") from exc
+        if proto.ir_version == 0 or (not proto.graph.node and not proto.graph.output):
+            raise ModelFormatError(
+                f"{where} is not an ONNX model (no IR version or empty graph); the file may be truncated"
+            )
+        return proto
+
+    def serialize(self, model: "Model") -> bytes:
+        return model.proto.SerializeToString()
+
+    def validate(self, model: "Model") -> None:
+        onnx = _onnx()
+        proto = model.proto
+        try:
+            if model.path is not None and model._proto is proto and proto.ByteSize() > (1 << 31) - 1:
+                onnx.checker.check_model(str(model.path))
+            else:
+                onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InvalidModelError(f"'{model.name}' is not a valid ONNX graph: {first}") from exc
+
+    # -- specs ------------------------------------------------------------------------------------------
+    def inputs(self, model: "Model") -> List[TensorSpec]:
+        g = model.proto.graph
+        inits = {i.name for i in g.initializer}
+        return [_value_info_spec(vi) for vi in g.input if vi.name not in inits]
+
+    def outputs(self, model: "Model") -> List[TensorSpec]:
+        return [_value_info_spec(vi) for vi in model.proto.graph.output]
+
+    def opset(self, model: "Model") -> Optional[int]:
+        for imp in model.proto.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                return int(imp.version)
+        return None
+
+    # -- inspect ----------------------------------------------------------------------------------------
+    def inspect(self, model: "Model") -> Dict[str, Any]:
+        onnx = _onnx()
+        proto = model.proto
+        g = proto.graph
+        ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in iter_nodes(g))
+        params = 0
+        param_bytes = 0
+        for init in g.initializer:
+            n = 1
+            for d in init.dims:
+                n *= d
+            params += n
+            param_bytes += n * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize \
+                if init.data_type not in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+        macs, unknown = estimate_macs(proto)
+        return {
+            "inputs": [s.to_dict() for s in self.inputs(model)],
+            "outputs": [s.to_dict() for s in self.outputs(model)],
+            "opset": self.opset(model),
+            "opset_imports": {imp.domain or "ai.onnx": int(imp.version) for imp in proto.opset_import},
+            "ir_version": int(proto.ir_version),
+            "producer": " ".join(x for x in (proto.producer_name, proto.producer_version) if x) or None,
+            "nodes": sum(ops.values()),
+            "ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "params": int(params),
+            "param_bytes": int(param_bytes),
+            "macs": macs,
+            "macs_unknown_nodes": unknown,
+        }
+
+    # -- transforms -------------------------------------------------------------------------------------
+    def simplify(self, model: "Model") -> "Model":
+        try:
+            import onnxsim
+        except ImportError as exc:
+            raise MissingDependencyError("Model.simplify()", "onnxsim", "pip install 'edgesdk[simplify]'") from exc
+        try:
+            simplified, ok = onnxsim.simplify(model.proto)
+        except Exception as exc:  # onnxsim raises plain RuntimeError/ValueError from C++
+            raise ModelError(f"onnxsim could not simplify '{model.name}': {str(exc).splitlines()[0]}") from exc
+        if not ok:
+            raise ModelError(f"onnxsim's check failed for the simplified '{model.name}'; the original is unchanged")
+        return model.derive(simplified)
+
+    def with_input_shapes(self, model: "Model", shapes: Mapping[str, Sequence[int]]) -> "Model":
+        onnx = _onnx()
+        specs = self.inputs(model)
+        check_input_names(shapes, specs)
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model.proto)
+        by_name = {vi.name: vi for vi in proto.graph.input}
+        for spec in specs:
+            if spec.name not in shapes:
+                continue
+            shape = spec.resolve(shapes[spec.name])  # checks rank and static dims
+            dims = by_name[spec.name].type.tensor_type.shape.dim
+            for d, v in zip(dims, shape):
+                d.Clear()
+                d.dim_value = int(v)
+        # Stale symbolic shapes on intermediates and outputs would survive inference: drop them.
+        del proto.graph.value_info[:]
+        for out in proto.graph.output:
+            tt = out.type.tensor_type
+            if tt.HasField("shape") and any(not d.HasField("dim_value") for d in tt.shape.dim):
+                tt.ClearField("shape")
+        try:
+            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+        except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
+            raise InputError(
+                f"the shapes {', '.join(f'{k}={format_shape(v)}' for k, v in shapes.items())} "
+                f"do not fit '{model.name}': {str(exc).strip().splitlines()[0]}"
+            ) from exc
+        return model.derive(proto)
+
+    def with_opset(self, model: "Model", opset: int) -> "Model":
+        onnx = _onnx()
+        from onnx import version_converter
+
+        current = self.opset(model)
+        if current == opset:
+            return model
+        try:
+            converted = version_converter.convert_version(model.proto, int(opset))
+            onnx.checker.check_model(converted)
+        except Exception as exc:  # the converter raises bare RuntimeError/ValidationError from C++
+            raise ModelError(
+                f"cannot convert '{model.name}' from opset {current} to {opset}: {str(exc).strip().splitlines()[0]}"
+            ) from exc
+        return model.derive(converted)
+
+
+# -- MACs ------------------------------------------------------------------------------------------------
+def _static_shape(shapes: Dict[str, List[Any]], name: str) -> Optional[List[int]]:
+    s = shapes.get(name)
+    if s is None or any(not isinstance(d, int) or d < 0 for d in s):
+        return None
+    return s
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= int(x)
+    return out
+
+
+def estimate_macs(proto) -> "tuple[Optional[int], int]":
+    """Multiply-accumulates of Conv, ConvTranspose, Gemm and MatMul from inferred shapes.
+
+    Returns ``(macs, unknown)``: ``unknown`` counts such nodes whose shapes are not concrete
+    (dynamic dims); ``macs`` sums the rest and is None when none could be counted.
+    """
+    onnx = _onnx()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # inference failing is not fatal for an estimate
+        inferred = proto
+    g = inferred.graph
+    shapes: Dict[str, List[Any]] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        shapes[vi.name] = list(_value_info_spec(vi).shape)
+    for init in g.initializer:
+        shapes[init.name] = list(init.dims)
+    total, counted, unknown = 0, 0, 0
+    for node in g.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            continue
+        macs = _node_macs(node, shapes)
+        if macs is None:
+            unknown += 1
+        else:
+            total += macs
+            counted += 1
+    return (total if counted else None), unknown
+
+
+def _node_macs(node, shapes) -> Optional[int]:
+    attrs = {a.name: a for a in node.attribute}
+    group = attrs["group"].i if "group" in attrs else 1
+    if node.op_type == "Conv":
+        w, y = _static_shape(shapes, node.input[1]), _static_shape(shapes, node.output[0])
+        if w is None or y is None:
+            return None
+        return _prod(y) * _prod(w[1:])  # each output element: C/group * k...
+    if node.op_type == "ConvTranspose":
+        x, w = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.input[1])
+        if x is None or w is None:
+            return None
+        return _prod(x) * _prod(w[1:])  # each input element scatters into M/group * k...
+    if node.op_type == "Gemm":
+        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0])
+        if a is None or y is None:
+            return None
+        trans_a = attrs["transA"].i if "transA" in attrs else 0
+        k = a[0] if trans_a else a[1]
+        return _prod(y) * k
+    if node.op_type == "MatMul":
+        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0])
+        if a is None or y is None:
+            return None
+        return _prod(y) * a[-1]
+    return None

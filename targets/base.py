@@ -1,0 +1,238 @@
+"""The Target contract: every runtime backend is a :class:`Target` that builds an
+:class:`Artifact` from a model and opens a :class:`Session` on it.
+
+Lifecycle::
+
+    target = get_target("onnxruntime", providers=["cpu"], threads=2)
+    artifact = target.prepare(model)            # build step: model in, artifact out
+    with target.open(artifact) as session:      # acquire the runtime's resources
+        outputs = session.run({"x": x})         # hot path
+    # released on exit
+
+Subclasses implement ``_probe`` / ``_prepare_impl`` / ``_open_impl`` on the target and
+``_run_impl`` / ``_close_impl`` on the session; the public methods do the shared checks.
+Runs on the board too: Python 3.8, NumPy and the target's runtime only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import EdgeSDKError, InferenceError, InputError, TargetUnavailableError
+from ..tensors import TensorSpec
+
+__all__ = ["Target", "Session", "Artifact", "Availability"]
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a target can run here: ``available``, the runtime ``version``, and ``reason`` when not."""
+
+    available: bool
+    version: Optional[str] = None
+    reason: Optional[str] = None
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Artifact:
+    """What a target runs: a file (``path``) or bytes (``data``), with build ``metadata``
+    (precision, shapes, runtime version, ...). ``model_sha256`` ties it to its source model."""
+
+    target: str
+    model_sha256: str
+    path: Optional[Path] = None
+    data: Optional[bytes] = None
+    metadata: Dict[str, Any] = field(default_factory=dict)
+    inputs: List[TensorSpec] = field(default_factory=list)
+    outputs: List[TensorSpec] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "target": self.target,
+            "model_sha256": self.model_sha256,
+            "path": str(self.path) if self.path else None,
+            "metadata": self.metadata,
+        }
+
+
+class Session:
+    """An open runtime session: a context manager whose ``run(feeds) -> outputs`` is the hot path.
+
+    ``inputs`` / ``outputs`` are the artifact's :class:`TensorSpec` lists. ``run`` does no
+    per-call validation on success; when the runtime fails, the feeds are checked against the
+    specs so the error names the input at fault.
+    """
+
+    target_name: ClassVar[str] = ""
+
+    def __init__(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]):
+        self.inputs: List[TensorSpec] = list(inputs)
+        self.outputs: List[TensorSpec] = list(outputs)
+        self._closed = False
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run once. ``feeds`` maps input names to arrays; returns output name -> array."""
+        try:
+            return self._run_impl(feeds)
+        except EdgeSDKError:
+            raise
+        except Exception as exc:
+            raise self._explain(feeds, exc) from exc
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close_impl()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def runner(self, feeds: Mapping[str, np.ndarray]):
+        """A zero-argument callable that runs ``feeds`` once, with the least per-call Python
+        work this backend allows (for latency loops). Default: ``lambda: self.run(feeds)``."""
+        return lambda: self._run_impl(feeds)
+
+    # -- for subclasses ----------------------------------------------------------------------------
+    def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _close_impl(self) -> None:
+        """Release runtime resources."""
+
+    def _explain(self, feeds: Mapping[str, np.ndarray], exc: Exception) -> EdgeSDKError:
+        """Turn a runtime failure into an SDK error, naming the bad input when there is one."""
+        from ..data import check_feed
+
+        if self._closed:
+            return InferenceError(f"{self.target_name} session is closed")
+        try:
+            check_feed(feeds, self.inputs)
+        except InputError as bad:
+            return bad
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return InferenceError(f"{self.target_name} failed to run: {first}")
+
+
+class Target:
+    """Base class of a runtime backend. Register subclasses in :mod:`sdk.targets.registry`.
+
+    ``options`` are the backend's own settings (threads, providers, precision, delegates...);
+    unknown options raise :class:`InputError` listing the known ones.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    #: Model formats this target opens (e.g. ``("onnx",)``).
+    model_formats: ClassVar[Tuple[str, ...]] = ("onnx",)
+    #: Option names and defaults; subclasses extend.
+    default_options: ClassVar[Dict[str, Any]] = {}
+    #: What to pip install for this target (shown when unavailable).
+    install_hint: ClassVar[str] = ""
+
+    def __init__(self, **options: Any):
+        unknown = sorted(set(options) - set(self.default_options))
+        if unknown:
+            raise InputError(
+                f"target '{self.name}' has no option {', '.join(repr(u) for u in unknown)}",
+                f"its options are: {', '.join(sorted(self.default_options)) or 'none'}",
+            )
+        self.options: Dict[str, Any] = {**self.default_options, **{k: v for k, v in options.items() if v is not None}}
+
+    # -- availability (class-level, cheap: no heavy imports unless the probe must) ---------------------
+    @classmethod
+    def availability(cls, deep: bool = False) -> Availability:
+        """Whether the runtime is installed here, its version, and why not. The default probe is
+        cheap (package metadata, no import); ``deep=True`` imports the runtime to tell a broken
+        install from a working one."""
+        try:
+            return cls._probe(deep)
+        except EdgeSDKError as exc:
+            return Availability(False, reason=str(exc))
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return cls.availability().available
+
+    @classmethod
+    def runtime_version(cls) -> Optional[str]:
+        return cls.availability().version
+
+    @classmethod
+    def _probe(cls, deep: bool) -> Availability:
+        raise NotImplementedError
+
+    def require_available(self) -> Availability:
+        avail = self.availability(deep=True)
+        if not avail.available:
+            raise TargetUnavailableError(
+                f"target '{self.name}' is not available: {avail.reason}",
+                self.install_hint or None,
+            )
+        return avail
+
+    # -- build and open ----------------------------------------------------------------------------
+    def prepare(self, model: Any, workdir: Optional[Union[str, os.PathLike]] = None, **build: Any) -> Artifact:
+        """Turn ``model`` (a :class:`~sdk.Model` or a path) into an :class:`Artifact` for this
+        target. ``workdir`` is where built files go (a cache); ``build`` holds build options."""
+        from ..model import Model
+
+        if not isinstance(model, Model):
+            model = Model.load(model)
+        if model.format not in self.model_formats:
+            raise InputError(
+                f"target '{self.name}' runs {'/'.join(self.model_formats)} models, not {model.format}",
+                "pick a target with --target (see `sdk targets`)",
+            )
+        self.require_available()
+        return self._prepare_impl(model, Path(workdir) if workdir else None, **build)
+
+    def open(self, artifact: Any) -> Session:
+        """Open a :class:`Session` on an artifact (or a model/path, prepared with defaults)."""
+        if not isinstance(artifact, Artifact):
+            artifact = self.prepare(artifact)
+        self.require_available()
+        return self._open_impl(artifact)
+
+    def _prepare_impl(self, model: Any, workdir: Optional[Path], **build: Any) -> Artifact:
+        raise NotImplementedError
+
+    def _open_impl(self, artifact: Artifact) -> Session:
+        raise NotImplementedError
+
+    # -- helpers for subclasses -----------------------------------------------------------------------
+    def cache_key(self, model_sha256: str, **parts: Any) -> str:
+        """A short stable hash of the model, the target and everything that changes the artifact."""
+        blob = json.dumps({"target": self.name, "model": model_sha256, **parts}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def describe(self) -> Dict[str, Any]:
+        """Target facts for result JSON: name, runtime version, effective options."""
+        avail = self.availability()
+        return {"name": self.name, "version": avail.version, "options": _jsonable(self.options)}
+
+    def __repr__(self) -> str:
+        return f"<Target {self.name} {self.options}>"
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return str(obj)

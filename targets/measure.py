@@ -1,0 +1,145 @@
+"""``benchmark()``: open a model on a target and measure its latency with the shared loop.
+
+Used by ``sdk bench``, the Python API and the board agent. Runs on the board too (Python 3.8).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from ..bench import LatencyRun, LatencyStats, measure_latency
+from ..data import Feed, check_feed, iter_feeds, random_feed
+from ..errors import InputError
+from ..hostinfo import host_info
+from .base import Artifact, Session, Target
+from .registry import get_target
+
+__all__ = ["BenchResult", "benchmark", "benchmark_session"]
+
+
+@dataclass
+class BenchResult:
+    """One benchmark: latency statistics plus what was measured, where and how."""
+
+    stats: LatencyStats
+    target: Dict[str, Any]
+    model: Dict[str, Any]
+    host: Dict[str, Any]
+    inputs: List[Dict[str, Any]]
+    settings: Dict[str, Any]
+    samples_ms: List[float] = field(default_factory=list, repr=False)
+    window: Dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self, samples: bool = False) -> Dict[str, Any]:
+        """JSON form: ``latency_ms`` {count, mean, std, min, p50, p90, p95, p99, max},
+        ``throughput_ips``, ``target``, ``runtime``, ``model`` {path, sha256}, ``host``, ``inputs``,
+        ``settings``; with ``samples=True`` also every sample (``samples_ms``)."""
+        out: Dict[str, Any] = self.stats.to_dict()
+        out.update(
+            target=self.target.get("name"),
+            runtime=self.target,
+            model=self.model,
+            host=self.host,
+            inputs=self.inputs,
+            settings=self.settings,
+            window=self.window,
+        )
+        if samples:
+            out["samples_ms"] = list(self.samples_ms)
+        return out
+
+
+def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], data: Any, seed: int) -> List[Feed]:
+    if data is None:
+        return [random_feed(session.inputs, shapes, seed=seed)]
+    if isinstance(data, (str, os.PathLike)):
+        feeds = list(itertools.islice(iter_feeds(data, session.inputs), 0, 64))
+    elif isinstance(data, Mapping):
+        feeds = [dict(data)]
+    else:
+        feeds = list(itertools.islice(iter(data), 0, 64))
+    if not feeds:
+        raise InputError("the input data holds no samples")
+    for i, f in enumerate(feeds):
+        check_feed(f, session.inputs, source=f"input sample {i}")
+    return feeds
+
+
+def benchmark_session(
+    session: Session,
+    *,
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    data: Any = None,
+    warmup: int = 10,
+    runs: int = 100,
+    min_seconds: float = 1.0,
+    max_seconds: Optional[float] = None,
+    seed: int = 0,
+) -> LatencyRun:
+    """Measure an open session. ``data``: None (seeded random feeds), a ``.npy``/``.npz`` path
+    or folder, one feed, or an iterable of feeds (up to 64 are cycled)."""
+    feeds = _feeds_for(session, input_shapes, data, seed)
+    if len(feeds) == 1:
+        run_once = session.runner(feeds[0])
+    else:
+        runners = [session.runner(f) for f in feeds]
+        it = itertools.cycle(runners)
+        run_once = lambda: next(it)()  # noqa: E731
+    return measure_latency(run_once, warmup=warmup, min_runs=runs, min_seconds=min_seconds, max_seconds=max_seconds)
+
+
+def benchmark(
+    model: Any,
+    target: Union[str, Target] = "onnxruntime",
+    *,
+    target_options: Optional[Mapping[str, Any]] = None,
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    data: Any = None,
+    warmup: int = 10,
+    runs: int = 100,
+    min_seconds: float = 1.0,
+    max_seconds: Optional[float] = None,
+    seed: int = 0,
+    workdir: Optional[Union[str, os.PathLike]] = None,
+    build_options: Optional[Mapping[str, Any]] = None,
+) -> BenchResult:
+    """Prepare ``model`` for ``target``, open a session and measure latency (MLPerf
+    SingleStream: at least ``runs`` runs AND ``min_seconds``). ``input_shapes`` fixes dynamic dims
+    of the random inputs; ``data`` gives real inputs instead."""
+    from ..model import Model
+
+    if not isinstance(model, Model):
+        model = Model.load(model)
+    tgt = target if isinstance(target, Target) else get_target(target, **dict(target_options or {}))
+    if input_shapes:
+        from ..tensors import check_input_names
+
+        if model.format == "onnx":
+            check_input_names(input_shapes, model.inputs)
+    artifact: Artifact = tgt.prepare(model, workdir=workdir, **dict(build_options or {}))
+    with tgt.open(artifact) as session:
+        run = benchmark_session(session, input_shapes=input_shapes, data=data, warmup=warmup, runs=runs,
+                                min_seconds=min_seconds, max_seconds=max_seconds, seed=seed)
+        feeds_desc = [s.to_dict() for s in session.inputs]
+        if data is None:
+            shapes = dict(input_shapes or {})
+            for d in feeds_desc:
+                spec = next(s for s in session.inputs if s.name == d["name"])
+                d["shape"] = list(spec.resolve(shapes.get(spec.name)))
+    describe = tgt.describe()
+    describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
+    return BenchResult(
+        stats=run.stats,
+        target=describe,
+        model={"path": str(model.origin) if model.origin else None, "sha256": model.sha256, "format": model.format},
+        host=host_info(),
+        inputs=feeds_desc,
+        settings={"warmup": warmup, "min_runs": runs, "min_seconds": min_seconds,
+                  "data": "random" if data is None else (str(data) if isinstance(data, (str, os.PathLike)) else "feeds"),
+                  "seed": seed},
+        samples_ms=run.samples_ms,
+        window={"begin_s": run.begin_s, "end_s": run.end_s},
+    )

@@ -1,0 +1,46 @@
+"""Build step of the ONNX Runtime target: session options from target options, and the
+optional optimised graph written to disk (what ``optimized_model_filepath`` produces)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from ...errors import InputError
+
+GRAPH_OPT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                    "extended": "ORT_ENABLE_EXTENDED", "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
+
+
+def session_options(ort: Any, options: Dict[str, Any], optimized_path: Optional[Path] = None) -> Any:
+    so = ort.SessionOptions()
+    level = str(options.get("graph_optimization", "all")).lower()
+    if level not in GRAPH_OPT_LEVELS:
+        raise InputError(f"unknown graph optimisation level '{level}'", f"use one of: {', '.join(GRAPH_OPT_LEVELS)}")
+    enum = getattr(ort.GraphOptimizationLevel, GRAPH_OPT_LEVELS[level], None)
+    if enum is None:  # older builds lack ORT_ENABLE_LAYOUT
+        enum = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = enum
+    threads = options.get("threads")
+    if threads:
+        if int(threads) < 1:
+            raise InputError("threads must be >= 1")
+        so.intra_op_num_threads = int(threads)
+    if options.get("inter_threads"):
+        so.inter_op_num_threads = int(options["inter_threads"])
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    so.log_severity_level = 3
+    if optimized_path is not None:
+        so.optimized_model_filepath = str(optimized_path)
+    return so
+
+
+def provider_options(providers, options: Dict[str, Any]):
+    """Per-provider option dicts in the providers' order (XNNPACK gets the thread count)."""
+    extra = dict(options.get("provider_options") or {})
+    out = []
+    for p in providers:
+        opts = dict(extra.get(p, {}))
+        if p == "XnnpackExecutionProvider" and options.get("threads") and "intra_op_num_threads" not in opts:
+            opts["intra_op_num_threads"] = str(int(options["threads"]))
+        out.append({k: str(v) for k, v in opts.items()})
+    return out
