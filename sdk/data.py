@@ -6,6 +6,7 @@ streamed, never held in memory. Runs on the board too: Python 3.8, NumPy only.
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -122,7 +123,7 @@ def _read_file(p: Path, specs: Sequence[TensorSpec]) -> Feed:
             return data
     except InputError:
         raise
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise InputError(f"cannot read data file '{p}': {exc}") from exc
     raise InputError(f"unsupported data file '{p}'", "use .npy or .npz")
 

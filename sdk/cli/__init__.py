@@ -31,19 +31,22 @@ def build_app():
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
-    @app.callback()
-    def _root(
-        debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
-        version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-    ) -> None:
-        from . import _common
-
-        _common.STATE["debug"] = debug
-        if version:
+    def _print_version(value: bool) -> None:
+        if value:
             from .. import __version__
 
             typer.echo(f"edgesdk {__version__}")
             raise typer.Exit(0)
+
+    @app.callback()
+    def _root(
+        debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+        version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                     callback=_print_version),
+    ) -> None:
+        from . import _common
+
+        _common.STATE["debug"] = debug
 
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)

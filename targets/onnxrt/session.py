@@ -33,24 +33,43 @@ class OnnxRuntimeSession(Session):
         super().__init__([_spec(a) for a in sess.get_inputs()], [_spec(a) for a in sess.get_outputs()])
         self._sess = sess
         self._names = [o.name for o in self.outputs]
-        self._ort_run = sess.run
         self._io_binding = io_binding
+        self.run = self._make_run()  # instance attribute: one Python frame per call
+
+    def _make_run(self):
+        names, explain = self._names, self._explain
+        c_run = _cpu_binding_run(self._sess)
+        if c_run is not None:
+            def run(feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+                try:
+                    return dict(zip(names, c_run(names, feeds, None)))
+                except Exception as exc:
+                    raise explain(feeds, exc) from exc
+        else:
+            ort_run = self._sess.run
+
+            def run(feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+                try:
+                    return dict(zip(names, ort_run(names, feeds)))
+                except Exception as exc:
+                    raise explain(feeds, exc) from exc
+        run.__doc__ = Session.run.__doc__
+        return run
 
     @property
     def providers(self):
         return list(self._sess.get_providers())
 
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        names = self._names
-        return dict(zip(names, self._ort_run(names, feeds)))
+        return self.run(feeds)
 
     def runner(self, feeds: Mapping[str, np.ndarray]):
         """A callable for latency loops. With IOBinding, inputs are copied to the device once and
         outputs stay on the device (what trtexec's GPU compute time measures); without, it is
-        ``InferenceSession.run`` with the names bound."""
+        :meth:`run` with the feeds bound."""
         if not self._io_binding:
-            run, names = self._ort_run, self._names
-            return lambda: run(names, feeds)
+            run = self.run
+            return lambda: run(feeds)
         sess = self._sess
         binding = sess.io_binding()
         device = "cuda" if any(p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")
@@ -67,4 +86,18 @@ class OnnxRuntimeSession(Session):
 
     def _close_impl(self) -> None:
         self._sess = None
-        self._ort_run = None
+        self.run = self._run_closed
+
+    def _run_closed(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        raise self._explain(feeds, RuntimeError("closed"))
+
+
+def _cpu_binding_run(sess: Any):
+    """The C++ binding's ``run(names, feeds, run_options)`` when only the CPU provider is
+    active: the Python wrapper's per-call input checks and EP fallback add nothing there
+    (failures are explained by ``Session._explain``). None for other providers, whose fallback
+    matters, or when the binding is not where onnxruntime has kept it."""
+    binding = getattr(sess, "_sess", None)
+    if binding is not None and hasattr(binding, "run") and sess.get_providers() == ["CPUExecutionProvider"]:
+        return binding.run
+    return None

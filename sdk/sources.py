@@ -1,0 +1,538 @@
+"""Data sources for calibration, evaluation, benchmarks and validation.
+
+A source yields *samples*: ``(feed, label)`` where ``feed`` is ``{input_name: array}`` with a batch
+dim of 1 and ``label`` is None or a NumPy scalar/array. Sources stream: they read one sample at a
+time (images decoded one by one, ``.npy`` memory-mapped, ``.npz`` members read row by row), so the
+data set never has to fit in memory.
+
+Kinds, picked by :func:`open_source`:
+
+- an image folder (``.jpg .jpeg .png .bmp .webp .tif .tiff``) with a
+  :class:`~sdk.preprocess.PreprocessSpec`; images that fail to decode are skipped and counted, and
+  a folder with none usable is an error;
+- ``.npy`` / ``.npz`` files, or a folder of them (first axis = samples); an ``.npz`` may hold labels
+  under ``y`` (or ``labels``);
+- any Python iterable of feeds ``{input_name: array}`` (or of ``(feed, label)`` pairs).
+
+Runs on the board too: Python 3.8, NumPy (OpenCV for images).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .errors import ConfigError, InputError, MissingDependencyError
+from .tensors import TensorSpec, format_shape
+
+__all__ = [
+    "Sample",
+    "Source",
+    "ImageFolderSource",
+    "ArraySource",
+    "IterableSource",
+    "open_source",
+    "batched",
+    "parse_preprocess",
+    "IMAGE_SUFFIXES",
+    "LABEL_KEYS",
+]
+
+Feed = Dict[str, np.ndarray]
+Sample = Tuple[Feed, Optional[np.ndarray]]
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+LABEL_KEYS = ("y", "labels", "label")
+
+
+class Source:
+    """Base class: iterate ``samples()`` for ``(feed, label)`` pairs, or the source itself for feeds.
+
+    ``skipped`` counts samples dropped while iterating (undecodable images), ``warnings`` holds
+    one line per problem. ``fingerprint()`` identifies the data for caches (None when unknown).
+    """
+
+    description = "data"
+
+    def __init__(self, specs: Sequence[TensorSpec], check: bool = True):
+        self.specs = list(specs)
+        self.check = check
+        self.skipped = 0
+        self.warnings: List[str] = []
+
+    def samples(self) -> Iterator[Sample]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Feed]:
+        for feed, _ in self.samples():
+            yield feed
+
+    def __len__(self) -> int:  # pragma: no cover - subclasses that know their size override
+        raise TypeError(f"{type(self).__name__} does not know its length")
+
+    def length(self) -> Optional[int]:
+        """Number of samples when known without reading the data, else None."""
+        try:
+            return len(self)
+        except TypeError:
+            return None
+
+    def fingerprint(self) -> Optional[str]:
+        return None
+
+    @property
+    def has_labels(self) -> bool:
+        return False
+
+    def _checked(self, feed: Feed, where: str) -> Feed:
+        if self.check:
+            check_sample(feed, self.specs, where)
+        return feed
+
+
+def check_sample(feed: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], where: str) -> None:
+    """Raise :class:`InputError` when ``feed`` lacks an input, has an extra one, a wrong dtype,
+    or a shape that contradicts the spec's static dims (the batch dim of a sample is 1)."""
+    names = [s.name for s in specs]
+    for s in specs:
+        if s.name not in feed:
+            raise InputError(f"{where}: no array for model input '{s.name}'", f"model inputs: {', '.join(names)}")
+        arr = feed[s.name]
+        if np.dtype(arr.dtype) != np.dtype(s.dtype):
+            raise InputError(f"{where}: '{s.name}' has dtype {arr.dtype}, the model expects {s.dtype}",
+                             f"convert the data to {s.dtype}")
+        bad_rank = len(arr.shape) != len(s.shape)
+        if bad_rank or any(isinstance(w, int) and w >= 0 and w != g for w, g in zip(s.shape, arr.shape)):
+            raise InputError(f"{where}: '{s.name}' has shape {format_shape(arr.shape)} per sample, "
+                             f"the model expects {format_shape(s.shape)}")
+    for name in feed:
+        if name not in names:
+            raise InputError(f"{where}: '{name}' is not a model input", f"model inputs: {', '.join(names)}")
+
+
+# -- image folders ------------------------------------------------------------------------------------
+class ImageFolderSource(Source):
+    """Images of a folder (recursively, sorted), each decoded with OpenCV and turned into the model
+    input by :func:`sdk.preprocess.preprocess`. Undecodable files are skipped and counted."""
+
+    description = "image folder"
+
+    def __init__(self, folder: Union[str, os.PathLike], spec: Any, specs: Sequence[TensorSpec],
+                 input_name: Optional[str] = None, check: bool = True, limit: Optional[int] = None):
+        super().__init__(specs, check)
+        self.folder = Path(folder)
+        self.spec = spec
+        if input_name is None:
+            if len(self.specs) != 1:
+                raise InputError(f"an image folder feeds one input, but the model has {len(self.specs)}",
+                                 "give the input name, or use .npz files with one array per input")
+            input_name = self.specs[0].name
+        self.input_name = input_name
+        self.files = _image_files(self.folder)
+        if limit is not None:
+            self.files = self.files[:limit]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def fingerprint(self) -> Optional[str]:
+        h = hashlib.sha256(repr(sorted(self.spec.to_dict().items())).encode())
+        for f in self.files:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
+
+    def samples(self) -> Iterator[Sample]:
+        from .preprocess import preprocess
+
+        cv2 = _cv2("reading an image folder")
+        self.skipped = 0
+        self.warnings = []
+        used = 0
+        for f in self.files:
+            img = None
+            try:
+                img = cv2.imdecode(np.fromfile(str(f), dtype=np.uint8), cv2.IMREAD_COLOR)
+            except (OSError, cv2.error):
+                img = None
+            if img is None or img.size == 0:
+                self.skipped += 1
+                self.warnings.append(f"skipped '{f}': not a decodable image")
+                continue
+            used += 1
+            feed = {self.input_name: preprocess(img, self.spec)}
+            yield self._checked(feed, str(f)), None
+        if used == 0:
+            raise InputError(f"no usable image in '{self.folder}': all {len(self.files)} files failed to decode")
+
+
+def _image_files(folder: Path) -> List[Path]:
+    if not folder.exists():
+        raise InputError(f"data folder '{folder}' does not exist")
+    if not folder.is_dir():
+        raise InputError(f"'{folder}' is not a folder")
+    try:
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    except OSError as exc:
+        raise InputError(f"cannot read data folder '{folder}': {exc}") from exc
+    if not files:
+        raise InputError(f"data folder '{folder}' holds no images ({' '.join(IMAGE_SUFFIXES)})")
+    return files
+
+
+def _cv2(feature: str):
+    try:
+        import cv2
+    except ImportError as exc:
+        raise MissingDependencyError(feature, "opencv-python-headless", "pip install 'edgesdk[vision]'") from exc
+    return cv2
+
+
+# -- arrays -------------------------------------------------------------------------------------------
+class _NpyRows:
+    """Row-by-row reader of one array stored as ``.npy`` (a file, or a member of an ``.npz`` zip)."""
+
+    def __init__(self, path: Path, member: Optional[str] = None):
+        self.path, self.member = path, member
+        with self._open() as f:
+            self.shape, self.fortran, self.dtype, self.offset = _read_npy_header(f, self.where)
+        if self.dtype.hasobject:
+            raise InputError(f"{self.where}: object arrays are not supported")
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}[{self.member}]" if self.member else str(self.path)
+
+    def _open(self):
+        if self.member is None:
+            return open(self.path, "rb")
+        zf = zipfile.ZipFile(self.path)
+        try:
+            return _ZipMember(zf, zf.open(self.member + ".npy"))
+        except KeyError:
+            zf.close()
+            raise
+
+    def __len__(self) -> int:
+        return int(self.shape[0]) if self.shape else 1
+
+    def rows(self) -> Iterator[np.ndarray]:
+        """Each row (first-axis slice) with a leading dim of 1 (a 0-d/1-d array yields itself once)."""
+        if len(self.shape) == 0:
+            with self._open() as f:
+                _read_npy_header(f, self.where)
+                yield np.frombuffer(f.read(self.dtype.itemsize), self.dtype).reshape(())
+            return
+        if self.fortran:  # rare: read the whole array once (NumPy can't stream Fortran order)
+            arr = np.load(self.path, mmap_mode="r") if self.member is None else _load_member(self.path, self.member)
+            for i in range(len(arr)):
+                yield np.ascontiguousarray(arr[i:i + 1])
+            return
+        row_shape = tuple(self.shape[1:])
+        row_bytes = int(np.prod(row_shape, dtype=np.int64)) * self.dtype.itemsize
+        with self._open() as f:
+            _read_npy_header(f, self.where)
+            for i in range(len(self)):
+                buf = f.read(row_bytes)
+                if len(buf) != row_bytes:
+                    raise InputError(f"{self.where}: truncated at row {i} of {len(self)}")
+                yield np.frombuffer(buf, self.dtype).reshape((1,) + row_shape).copy()
+
+
+class _ZipMember:
+    def __init__(self, zf, member):
+        self.zf, self.member = zf, member
+
+    def read(self, n=-1):
+        return self.member.read(n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.member.close()
+        self.zf.close()
+
+
+def _load_member(path: Path, member: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as npz:
+        return npz[member]
+
+
+def _read_npy_header(f, where: str):
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(f)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"cannot read '{where}': {exc}") from exc
+    return shape, fortran, np.dtype(dtype), None
+
+
+class ArraySource(Source):
+    """``.npy``/``.npz`` files (or a folder of them, sorted); the first axis indexes samples.
+
+    ``.npy``: one array, for a single-input model. ``.npz``: one array per input name (a
+    single-input model also accepts ``x`` or the only non-label key), labels under ``y``/``labels``.
+    """
+
+    description = "arrays"
+
+    def __init__(self, path: Union[str, os.PathLike], specs: Sequence[TensorSpec], check: bool = True,
+                 label_key: Optional[str] = None, limit: Optional[int] = None):
+        super().__init__(specs, check)
+        self.path = Path(path)
+        self.limit = limit
+        if not self.path.exists():
+            raise InputError(f"data path '{self.path}' does not exist")
+        if self.path.is_dir():
+            try:
+                self.files = sorted(f for f in self.path.iterdir() if f.suffix in (".npy", ".npz"))
+            except OSError as exc:
+                raise InputError(f"cannot read data folder '{self.path}': {exc}") from exc
+            if not self.files:
+                raise InputError(f"data folder '{self.path}' holds no .npy or .npz files")
+        else:
+            if self.path.suffix not in (".npy", ".npz"):
+                raise InputError(f"unsupported data file '{self.path}'", "use .npy or .npz, or a folder of images")
+            self.files = [self.path]
+        self._label_key = label_key
+        self._plans = [self._plan(f) for f in self.files]
+
+    def _plan(self, f: Path) -> Tuple[Dict[str, _NpyRows], Optional[_NpyRows]]:
+        names = [s.name for s in self.specs]
+        if f.suffix == ".npy":
+            if len(names) != 1:
+                raise InputError(f"{f}: a .npy file holds one array, but the model has {len(names)} inputs",
+                                 "save an .npz with one array per input name")
+            return {names[0]: _NpyRows(f)}, None
+        try:
+            with zipfile.ZipFile(f) as zf:
+                keys = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise InputError(f"cannot read data file '{f}': {exc}") from exc
+        label_keys = [self._label_key] if self._label_key else list(LABEL_KEYS)
+        label = next((k for k in label_keys if k in keys), None)
+        if self._label_key and label is None:
+            raise InputError(f"{f}: no label array '{self._label_key}'", f"arrays: {', '.join(keys)}")
+        arrays: Dict[str, str] = {}
+        if all(n in keys for n in names):
+            arrays = {n: n for n in names}
+        elif len(names) == 1:
+            rest = [k for k in keys if k != label]
+            if "x" in rest:
+                arrays = {names[0]: "x"}
+            elif len(rest) == 1:
+                arrays = {names[0]: rest[0]}
+        if not arrays:
+            missing = [n for n in names if n not in keys]
+            raise InputError(f"{f}: no array for model input(s) {', '.join(missing)}",
+                             f"arrays in the file: {', '.join(keys) or 'none'}")
+        rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
+        return rows, (_NpyRows(f, label) if label else None)
+
+    @property
+    def has_labels(self) -> bool:
+        return all(lab is not None for _, lab in self._plans)
+
+    def __len__(self) -> int:
+        n = sum(len(next(iter(rows.values()))) for rows, _ in self._plans)
+        return n if self.limit is None else min(n, self.limit)
+
+    def fingerprint(self) -> Optional[str]:
+        h = hashlib.sha256()
+        for f in self.files:
+            st = f.stat()
+            h.update(f"{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
+
+    def samples(self) -> Iterator[Sample]:
+        count = 0
+        for f, (rows, label) in zip(self.files, self._plans):
+            counts = {len(r) for r in rows.values()} | ({len(label)} if label is not None else set())
+            if len(counts) != 1:
+                raise InputError(f"{f}: arrays have different sample counts {sorted(counts)}")
+            iters = {n: r.rows() for n, r in rows.items()}
+            labels = label.rows() if label is not None else None
+            for i in range(counts.pop()):
+                if self.limit is not None and count >= self.limit:
+                    return
+                feed = {n: next(it) for n, it in iters.items()}
+                y = next(labels)[0] if labels is not None else None
+                count += 1
+                yield self._checked(feed, f"{f}[{i}]"), y
+
+
+class IterableSource(Source):
+    """Any Python iterable of feeds ``{input_name: array}`` or of ``(feed, label)`` pairs.
+
+    A feed's arrays may hold several samples along axis 0; they are split into samples of one.
+    """
+
+    description = "iterable"
+
+    def __init__(self, iterable: Iterable[Any], specs: Sequence[TensorSpec], check: bool = True,
+                 limit: Optional[int] = None):
+        super().__init__(specs, check)
+        self.iterable = iterable
+        self.limit = limit
+        self._labelled: Optional[bool] = None
+
+    def __len__(self) -> int:
+        n = len(self.iterable)  # type: ignore[arg-type]  # TypeError when it has no length
+        return n if self.limit is None else min(n, self.limit)
+
+    @property
+    def has_labels(self) -> bool:
+        return bool(self._labelled)
+
+    def samples(self) -> Iterator[Sample]:
+        count = 0
+        for i, item in enumerate(self.iterable):
+            label = None
+            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Mapping):
+                item, label = item
+                self._labelled = True
+            if not isinstance(item, Mapping):
+                raise InputError(f"sample {i} of the data is a {type(item).__name__}, not a dict of input arrays")
+            feed = {k: np.asarray(v) for k, v in item.items()}
+            n = {len(a) if a.ndim else 1 for a in feed.values()}
+            if len(n) != 1:
+                raise InputError(f"sample {i}: arrays have different batch sizes {sorted(n)}")
+            rows = n.pop()
+            labels = np.asarray(label) if label is not None else None
+            for r in range(rows):
+                if self.limit is not None and count >= self.limit:
+                    return
+                one = {k: (a[r:r + 1] if rows > 1 else a) for k, a in feed.items()}
+                y = None if labels is None else (labels[r] if labels.ndim and len(labels) == rows and rows > 1 else labels)
+                count += 1
+                yield self._checked(one, f"sample {i}" + (f"[{r}]" if rows > 1 else "")), y
+
+
+def open_source(data: Any, specs: Sequence[TensorSpec], preprocess: Any = None, *, check: bool = True,
+                label_key: Optional[str] = None, limit: Optional[int] = None) -> Source:
+    """The right :class:`Source` for ``data``: a :class:`Source` (returned as is), a path to an image
+    folder (needs ``preprocess``, a :class:`~sdk.preprocess.PreprocessSpec`; when None, the size comes
+    from a static NCHW/NHWC model input), a ``.npy``/``.npz`` file or folder, or a Python iterable."""
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        p = Path(data)
+        if not p.exists():
+            raise InputError(f"data path '{p}' does not exist")
+        if p.is_dir():
+            try:
+                entries = list(p.iterdir())
+            except OSError as exc:
+                raise InputError(f"cannot read data folder '{p}': {exc}") from exc
+            if not entries:
+                raise InputError(f"data folder '{p}' is empty")
+            if any(e.suffix in (".npy", ".npz") for e in entries):
+                return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)
+            spec = preprocess if preprocess is not None else default_preprocess(specs)
+            return ImageFolderSource(p, spec, specs, check=check, limit=limit)
+        return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)
+    if isinstance(data, Mapping):
+        return IterableSource([data], specs, check=check, limit=limit)
+    try:
+        iter(data)
+    except TypeError as exc:
+        raise InputError(f"cannot use a {type(data).__name__} as data",
+                         "give a path, or an iterable of {input_name: array}") from exc
+    return IterableSource(data, specs, check=check, limit=limit)
+
+
+def default_preprocess(specs: Sequence[TensorSpec]) -> Any:
+    """A PreprocessSpec for a single 3-channel image input whose H and W are static."""
+    from .preprocess import PreprocessSpec
+
+    if len(specs) != 1 or len(specs[0].shape) != 4:
+        raise InputError("an image folder needs a preprocessing spec for this model", "pass --preprocess size=HxW ...")
+    s = specs[0]
+    shape = s.shape
+    layout = "NCHW" if shape[1] == 3 else ("NHWC" if shape[3] == 3 else None)
+    hw = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
+    if layout is None or not all(isinstance(d, int) and d > 0 for d in hw):
+        raise InputError(f"cannot derive image preprocessing from input '{s.name}' {format_shape(shape)}",
+                         "pass --preprocess size=HxW (and mean/std/layout)")
+    dtype = s.dtype if s.dtype in ("float32", "float16", "uint8", "int8") else "float32"
+    return PreprocessSpec(size=hw, layout=layout, dtype=dtype)
+
+
+def batched(samples: Iterable[Sample], batch_size: int) -> Iterator[Tuple[Feed, List[Optional[np.ndarray]], int]]:
+    """Group samples of batch 1 into batches of up to ``batch_size`` (concatenated along axis 0).
+    Yields ``(feed, labels, n)``."""
+    buf: List[Sample] = []
+    for s in samples:
+        buf.append(s)
+        if len(buf) >= batch_size:
+            yield _concat(buf)
+            buf = []
+    if buf:
+        yield _concat(buf)
+
+
+def _concat(buf: List[Sample]) -> Tuple[Feed, List[Optional[np.ndarray]], int]:
+    if len(buf) == 1:
+        return buf[0][0], [buf[0][1]], 1
+    names = list(buf[0][0])
+    feed = {n: np.concatenate([s[0][n] for s in buf], axis=0) for n in names}
+    return feed, [s[1] for s in buf], len(buf)
+
+
+# -- preprocessing options --------------------------------------------------------------------------
+def parse_preprocess(items: Optional[Sequence[str]]) -> Any:
+    """A PreprocessSpec from CLI items: one ``spec.toml`` path (keys at top level or under
+    ``[preprocess]``) and/or ``key=value`` pairs (``size=224x224 mean=123.7,116.3,103.5
+    layout=NHWC``). None when no items."""
+    from .preprocess import PreprocessSpec
+
+    if not items:
+        return None
+    data: Dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            p = Path(item)
+            if not p.exists():
+                raise ConfigError(f"preprocess spec file '{p}' does not exist", "give a .toml file or key=value pairs")
+            data.update(_read_toml(p))
+            continue
+        key, _, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if key in ("size",):
+            parts = [v for v in value.replace("x", ",").split(",") if v]
+            data[key] = [int(v) for v in parts] if len(parts) == 2 else parts
+        elif key in ("mean", "std"):
+            data[key] = [float(v) for v in value.split(",") if v]
+        elif key == "pad_value":
+            data[key] = int(value)
+        else:
+            data[key] = value
+    if "size" in data and (not isinstance(data["size"], (list, tuple)) or len(data["size"]) != 2):
+        raise ConfigError(f"preprocess size {data['size']} is not valid", "write size=HxW, e.g. size=224x224")
+    return PreprocessSpec.from_dict(data)
+
+
+def _read_toml(p: Path) -> Dict[str, Any]:
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError as exc:
+            raise MissingDependencyError("preprocess spec files", "tomli", "pip install tomli") from exc
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read preprocess spec '{p}': {exc}") from exc
+    if "preprocess" in data and isinstance(data["preprocess"], dict):
+        data = data["preprocess"]
+    return dict(data)

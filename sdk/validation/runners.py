@@ -1,0 +1,170 @@
+"""Where validation runs the model: a board of the remote runner, or a target on this host.
+
+Both follow one small protocol (the one :class:`sdk.remote.Board` has)::
+
+    with open_runner("jetson-nano") as board:      # or HostRunner("onnxruntime")
+        facts = board.check()                      # device facts dict
+        outputs = board.infer(model, "inputs.npz") # {output: array}, samples along axis 0
+        result = board.benchmark(model, target="onnxruntime", precision="fp32", runs=200, min_seconds=2)
+
+:class:`HostRunner` is also the FP32 reference (ONNX Runtime on the host) and the ``--target`` of
+``sdk robustness``. It has no power sensor: its power fields are null with the reason.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import InputError, UnknownBoardError
+
+__all__ = ["HostRunner", "open_runner", "remote_available"]
+
+#: Board names served by :class:`HostRunner` when the remote runner is not installed.
+HOST_FALLBACK_BOARDS = ("local",)
+_CHUNK_BYTES = 32 << 20
+
+
+class HostRunner:
+    """A target on this machine behind the board protocol (``check``/``infer``/``benchmark``).
+
+    ``target``: a registered target name; ``options``: its options (e.g. ``providers=["cpu"]``).
+    ``name``: what reports call it (default ``host:<target>``).
+    """
+
+    def __init__(self, target: str = "onnxruntime", name: Optional[str] = None, **options: Any):
+        self.target = target
+        self.options = dict(options)
+        self.name = name or f"host:{target}"
+        self._sessions: Dict[Any, Any] = {}
+
+    def __enter__(self) -> "HostRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for s in self._sessions.values():
+            s.close()
+        self._sessions.clear()
+
+    def check(self) -> Dict[str, Any]:
+        """Host facts (CPU, OS, Python, runtime versions); no power mode, clocks or sensors."""
+        from ..hostinfo import host_info
+        from ..targets import target_class
+
+        facts = dict(host_info())
+        facts["board"] = self.name
+        avail = target_class(self.target).availability()
+        facts.setdefault("runtimes", {})[self.target] = avail.version
+        facts.update(power_mode=None, clocks_locked=None, temperatures={}, power_sensors=[],
+                     notes="host runner: no power mode, clock or power sensor facts")
+        return facts
+
+    def _session(self, model: Any, target: Optional[str] = None, options: Optional[Mapping[str, Any]] = None):
+        from ..model import Model
+        from ..targets import get_target
+
+        m = model if isinstance(model, Model) else Model.load(model)
+        name = target or self.target
+        opts = dict(self.options if options is None else options)
+        key = (m.sha256, name, repr(sorted(opts.items())))
+        if key not in self._sessions:
+            tgt = get_target(name, **opts)
+            self._sessions[key] = tgt.open(tgt.prepare(m))
+        return self._sessions[key]
+
+    def run_arrays(self, model: Any, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """Run every sample of ``inputs`` (samples along axis 0); batched when the model's batch
+        dim is dynamic, else one sample at a time. Returns outputs with samples along axis 0."""
+        session = self._session(model)
+        arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        counts = {len(a) for a in arrays.values()}
+        if len(counts) != 1:
+            raise InputError(f"inputs have different sample counts {sorted(counts)}")
+        n = counts.pop()
+        dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in session.inputs)
+        if dynamic:
+            per = max(1, sum(a[:1].nbytes for a in arrays.values()))
+            step = max(1, min(n, _CHUNK_BYTES // per))
+        else:
+            step = 1
+        parts: Dict[str, list] = {}
+        for i in range(0, n, step):
+            out = session.run({k: np.ascontiguousarray(a[i:i + step]) for k, a in arrays.items()})
+            for k, v in out.items():
+                parts.setdefault(k, []).append(np.asarray(v))
+        return {k: np.concatenate(v, axis=0) for k, v in parts.items()}
+
+    def infer(self, model: Any, inputs_npz_path: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
+        """Run the samples of an ``.npz`` (one array per input name, samples along axis 0)."""
+        with np.load(inputs_npz_path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        return self.run_arrays(model, arrays)
+
+    def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,
+                  runs: int = 100, min_seconds: float = 1.0, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                  warmup: int = 10, data: Any = None) -> Dict[str, Any]:
+        """Latency on this host (``sdk.targets.benchmark``) in the board result layout; ``power``
+        fields are null with the reason, ``samples_ms`` holds every sample in order."""
+        from ..model import Model
+        from ..targets import benchmark
+
+        m = model if isinstance(model, Model) else Model.load(model)
+        shapes = dict(input_shapes or {})
+        for s in m.inputs:
+            if s.name not in shapes and not s.is_static:
+                shapes[s.name] = s.resolve(default_dim=1)
+        res = benchmark(m, target or self.target, target_options=self.options, input_shapes=shapes or None,
+                        data=data, warmup=warmup, runs=runs, min_seconds=min_seconds)
+        out = res.to_dict(samples=True)
+        out["board"] = self.name
+        out["precision"] = precision or "fp32"
+        out["power"] = {"mean_w": None, "idle_w": None, "samples": 0, "rate_hz": None, "source": None,
+                        "reason": "no power sensor: the host runner does not measure power"}
+        out["energy_mj_per_inference"] = {"total": None, "above_idle": None}
+        out["device"] = self.check()
+        return out
+
+
+def remote_available() -> bool:
+    """True when the remote runner (``sdk.remote.Board``) is importable."""
+    try:
+        mod = importlib.import_module("sdk.remote")
+    except ImportError:
+        return False
+    if hasattr(mod, "Board"):
+        return True
+    try:
+        importlib.import_module("sdk.remote.board")
+        return True
+    except ImportError:
+        return False
+
+
+def _board_class():
+    mod = importlib.import_module("sdk.remote")
+    board = getattr(mod, "Board", None)
+    if board is None:
+        board = importlib.import_module("sdk.remote.board").Board
+    return board
+
+
+def open_runner(board: Union[str, Any]) -> Any:
+    """The runner for ``board``: a runner object is returned as is; ``host:<target>`` is a
+    :class:`HostRunner`; any other name is a :class:`sdk.remote.Board` (a context manager;
+    enter it to connect). Without the remote runner, ``local`` falls back to a HostRunner."""
+    if not isinstance(board, str):
+        return board
+    if board.startswith("host:"):
+        return HostRunner(board.split(":", 1)[1] or "onnxruntime", name=board)
+    if remote_available():
+        return _board_class()(board)
+    if board in HOST_FALLBACK_BOARDS:
+        return HostRunner("onnxruntime", name=board)
+    raise UnknownBoardError(f"board '{board}' needs the remote runner (sdk.remote), which is not available here",
+                            "use --board local or --board host:<target>")
