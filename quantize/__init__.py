@@ -1,1 +1,52 @@
-"""INT8 quantization: streaming calibration, per-target QDQ emission, accuracy report."""
+"""INT8 quantization: streaming calibration, per-target QDQ emission, accuracy report.
+
+Layout (where things go):
+
+- ``stats.py``       streaming histograms that merge exactly (:class:`CalibrationStats`, the artifact)
+- ``methods.py``     calibration methods registry: minmax, percentile, entropy, mse (add yours here)
+- ``calibrate.py``   the one FP32 pass (ONNX Runtime, activations exposed as outputs, worker processes)
+- ``schemes/``       one module per target scheme (onnxruntime, tensorrt, tflite), in a registry
+- ``qdq.py``         QDQ emission and the exportable per-tensor ranges
+- ``trtcache.py``    TensorRT calibration cache write/read
+- ``accuracy.py``    INT8 vs FP32 report, per-layer sensitivity, fallback budget
+- ``bias_correction.py``
+- ``api.py``         :func:`quantize`, the Python API behind ``sdk quantize``
+
+Heavy modules (onnx, onnxruntime) load only when a function needs them.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "quantize": "sdk.quantize.api",
+    "QuantizeResult": "sdk.quantize.api",
+    "load_or_calibrate": "sdk.quantize.api",
+    "calibrate": "sdk.quantize.calibrate",
+    "CalibrationStats": "sdk.quantize.stats",
+    "TensorStats": "sdk.quantize.stats",
+    "compute_range": "sdk.quantize.methods",
+    "method_names": "sdk.quantize.methods",
+    "register_method": "sdk.quantize.methods",
+    "get_scheme": "sdk.quantize.schemes",
+    "scheme_names": "sdk.quantize.schemes",
+    "register_scheme": "sdk.quantize.schemes",
+    "write_cache": "sdk.quantize.trtcache",
+    "read_cache": "sdk.quantize.trtcache",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sdk.quantize' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

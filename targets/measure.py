@@ -54,6 +54,8 @@ class BenchResult:
 
 def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], data: Any, seed: int) -> List[Feed]:
     if data is None:
+        # A session may name shapes for its dynamic inputs (TFLite: the allocated shape).
+        shapes = {**dict(getattr(session, "default_shapes", None) or {}), **dict(shapes or {})}
         return [random_feed(session.inputs, shapes, seed=seed)]
     if isinstance(data, (str, os.PathLike)):
         feeds = list(itertools.islice(iter_feeds(data, session.inputs), 0, 64))
@@ -125,7 +127,7 @@ def benchmark(
                                 min_seconds=min_seconds, max_seconds=max_seconds, seed=seed)
         feeds_desc = [s.to_dict() for s in session.inputs]
         if data is None:
-            shapes = dict(input_shapes or {})
+            shapes = {**dict(getattr(session, "default_shapes", None) or {}), **dict(input_shapes or {})}
             for d in feeds_desc:
                 spec = next(s for s in session.inputs if s.name == d["name"])
                 d["shape"] = list(spec.resolve(shapes.get(spec.name)))

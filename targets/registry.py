@@ -17,6 +17,8 @@ ENTRY_POINT_GROUP = "edgesdk.targets"
 
 _BUILTIN: Dict[str, str] = {
     "onnxruntime": "sdk.targets.onnxrt:OnnxRuntimeTarget",
+    "tensorrt": "sdk.targets.tensorrt:TensorRTTarget",
+    "tflite": "sdk.targets.tflite:TFLiteTarget",
 }
 _ALIASES: Dict[str, str] = {"ort": "onnxruntime", "onnxrt": "onnxruntime"}
 _registry: Dict[str, Union[str, type]] = dict(_BUILTIN)

@@ -13,6 +13,8 @@ from typing import List, Optional
 COMMAND_MODULES = [
     "sdk.cli.model_cmds",    # inspect
     "sdk.cli.bench_cmds",    # bench, targets
+    "sdk.cli.remote_cmds",   # boards, push
+    "sdk.cli.validate_cmds", # validate, robustness
 ]
 
 EXIT_FAILED = 1   # the job ran and its verdict is negative (a check failed, a board failed)

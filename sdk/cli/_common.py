@@ -64,21 +64,22 @@ def write_json(path: Optional[str], data: Any) -> None:
 
 
 def fmt_ms(v: Optional[float]) -> str:
-    return "-" if v is None else (f"{v:.3f}" if v < 10 else f"{v:.2f}")
+    if v is None:
+        return "-"
+    return f"{v:.4f}" if v < 1 else (f"{v:.3f}" if v < 10 else f"{v:.2f}")
 
 
 def latency_table(title: str, results: List[Dict[str, Any]], label_key: str = "target"):
-    """A rich table of latency rows from result dicts (keys ``latency_ms``, ``throughput_ips``)."""
+    """A rich table with one column per result dict (keys ``latency_ms``, ``throughput_ips``)
+    and one row per statistic, so it stays readable in a narrow terminal."""
     from rich.table import Table
 
     t = Table(title=title)
-    t.add_column(label_key)
-    for col in ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max"):
-        t.add_column(col if col == "count" else f"{col} ms", justify="right")
-    t.add_column("inf/s", justify="right")
+    t.add_column("")
     for r in results:
-        lat = r["latency_ms"]
-        t.add_row(str(r.get(label_key)), str(lat["count"]),
-                  *[fmt_ms(lat[k]) for k in ("mean", "std", "min", "p50", "p90", "p95", "p99", "max")],
-                  f"{r['throughput_ips']:.1f}")
+        t.add_column(str(r.get(label_key)), justify="right")
+    t.add_row("count", *[str(r["latency_ms"]["count"]) for r in results])
+    for key in ("mean", "std", "min", "p50", "p90", "p95", "p99", "max"):
+        t.add_row(f"{key} ms", *[fmt_ms(r["latency_ms"][key]) for r in results])
+    t.add_row("throughput inf/s", *[f"{r['throughput_ips']:.1f}" for r in results])
     return t

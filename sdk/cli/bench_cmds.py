@@ -46,7 +46,9 @@ def bench_cmd(
         write_json("-", out)
         return
     c = console()
-    c.print(latency_table(f"{out['model']['path']} on {out['target']}", [out]))
+    from pathlib import Path
+
+    c.print(latency_table(f"{Path(out['model']['path']).name} latency", [out]))
     c.print(f"host: {out['host']['cpu']}, {out['host']['cores']} cores; "
             f"{out['target']} {out['runtime'].get('version') or ''}".rstrip())
     if json_path:

@@ -5,7 +5,8 @@ Data: a ``.npy``/``.npz`` file or folder (``sdk.sources.ArraySource``), or an im
 through the shared :class:`~sdk.preprocess.PreprocessSpec`. Labels (``--labels``): a ``.npy`` of
 class ids, an ``.npz`` (``y``/``labels``/``label`` or its only array), or a text/CSV file: one
 label per line, or ``filename,label`` rows (header optional) matched to image files by name.
-Without ``--labels``, labels stored in the data ``.npz`` (``y``) are used.
+Without ``--labels``, labels stored in the data ``.npz`` (``y``) or an image folder's ``labels.csv``
+are used.
 """
 from __future__ import annotations
 
@@ -80,6 +81,8 @@ def load_dataset(data: Union[str, os.PathLike], specs: Sequence[Any], labels: Op
             ds.labels_source = f"{p} (stored labels)"
     if len(ds) == 0:
         raise InputError(f"data '{p}' holds no samples")
+    if labels is None and ds.kind == "images" and (p / "labels.csv").is_file():
+        labels = p / "labels.csv"  # an image folder may carry its labels
     if labels is not None:
         ds.labels = read_labels(labels, ds)
         ds.labels_source = str(labels)
@@ -168,8 +171,8 @@ def _read_text_rows(p: Path) -> List[List[str]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read labels file '{p}': {exc}") from exc
     rows = [[c.strip() for c in r] for r in csv.reader(text.splitlines()) if r and any(c.strip() for c in r)]
-    if rows and not _is_int(rows[0][-1]):
-        rows = rows[1:]  # header
+    if len(rows) > 1 and not _is_int(rows[0][-1]) and _is_int(rows[1][-1]):
+        rows = rows[1:]  # a header line
     return rows
 
 

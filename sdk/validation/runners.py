@@ -100,10 +100,22 @@ class HostRunner:
                 parts.setdefault(k, []).append(np.asarray(v))
         return {k: np.concatenate(v, axis=0) for k, v in parts.items()}
 
-    def infer(self, model: Any, inputs_npz_path: Union[str, os.PathLike]) -> Dict[str, np.ndarray]:
-        """Run the samples of an ``.npz`` (one array per input name, samples along axis 0)."""
+    def infer(self, model: Any, inputs_npz_path: Union[str, os.PathLike], target: Optional[str] = None,
+              **_ignored: Any) -> Dict[str, np.ndarray]:
+        """Run the samples of an ``.npz`` (one array per input name, samples along axis 0) with
+        this runner's target (``target`` must be it or None: a host runner has one target)."""
+        if target not in (None, self.target):
+            raise InputError(f"the host runner '{self.name}' runs {self.target}, not {target}",
+                             f"use --board host:{target}")
         with np.load(inputs_npz_path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
+        session = self._session(model)
+        ranks = {s.name: len(s.shape) for s in session.inputs}
+        if arrays and all(k in ranks and a.ndim == ranks[k] + 1 for k, a in arrays.items()):
+            # the board agent's convention: an extra leading axis indexes samples, one feed each
+            n = len(next(iter(arrays.values())))
+            per = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
+            return {k: np.stack([np.asarray(p[k]) for p in per]) for k in per[0]} if per else {}
         return self.run_arrays(model, arrays)
 
     def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,

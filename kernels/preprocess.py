@@ -1,0 +1,139 @@
+"""Python wrapper of ``preprocess.cu``: the fused GPU preprocessing.
+
+:func:`launch_params` computes the kernel's arguments from a :class:`~sdk.preprocess.PreprocessSpec`
+on the host (pure Python, tested without a GPU); :func:`emulate` runs the kernel's per-pixel
+arithmetic in NumPy with those parameters (what the GPU tests compare against, next to
+:func:`sdk.preprocess.preprocess_reference`). Runs on the board too: Python 3.8.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from ..errors import InputError
+from ..preprocess import PreprocessSpec, _check_image
+
+__all__ = ["GpuPreprocessor", "launch_params", "emulate", "BLOCK"]
+
+BLOCK = (32, 8, 1)
+
+
+def launch_params(spec: PreprocessSpec, src_h: int, src_w: int) -> Dict[str, Any]:
+    """The kernel's scalar arguments for a ``src_h`` x ``src_w`` source image."""
+    if spec.dtype not in ("float32", "float16"):
+        raise InputError(f"the CUDA preprocessing kernel writes float32 or float16, not {spec.dtype}",
+                         "use sdk.preprocess.preprocess() for integer outputs")
+    h, w = spec.size
+    if spec.resize == "letterbox":
+        _, nh, nw, top, left = spec.letterbox_geometry(src_h, src_w)
+    else:
+        nh, nw, top, left = h, w, 0, 0
+    return {
+        "dst_h": h, "dst_w": w, "top": top, "left": left, "region_h": nh, "region_w": nw,
+        "scale_y": np.float32(src_h / nh), "scale_x": np.float32(src_w / nw),
+        "pad_value": np.float32(spec.pad_value),
+        "mean": [np.float32(m) for m in spec.mean],
+        "inv_std": [np.float32(1.0 / s) for s in spec.std],
+        "swap_rb": int(spec.swap_rb), "out_nchw": int(spec.layout == "NCHW"),
+        "out_half": int(spec.dtype == "float16"),
+    }
+
+
+def emulate(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+    """NumPy model of the kernel: the same parameters and per-pixel float32 arithmetic."""
+    image = _check_image(image)
+    src_h, src_w = image.shape[:2]
+    p = launch_params(spec, src_h, src_w)
+    h, w = p["dst_h"], p["dst_w"]
+    f32 = np.float32
+    ys = np.arange(h) - p["top"]
+    xs = np.arange(w) - p["left"]
+    fy = np.clip((ys.astype(f32) + f32(0.5)) * p["scale_y"] - f32(0.5), f32(0), f32(src_h - 1))
+    fx = np.clip((xs.astype(f32) + f32(0.5)) * p["scale_x"] - f32(0.5), f32(0), f32(src_w - 1))
+    y0, x0 = np.floor(fy).astype(np.int64), np.floor(fx).astype(np.int64)
+    y1, x1 = np.minimum(y0 + 1, src_h - 1), np.minimum(x0 + 1, src_w - 1)
+    wy, wx = (fy - y0.astype(f32))[:, None, None], (fx - x0.astype(f32))[None, :, None]
+    img = image.astype(f32)
+    top_v = img[y0][:, x0] * (f32(1) - wx) + img[y0][:, x1] * wx
+    bot_v = img[y1][:, x0] * (f32(1) - wx) + img[y1][:, x1] * wx
+    v = top_v * (f32(1) - wy) + bot_v * wy
+    inside = ((ys >= 0) & (ys < p["region_h"]))[:, None] & ((xs >= 0) & (xs < p["region_w"]))[None, :]
+    v = np.where(inside[..., None], v, p["pad_value"]).astype(f32)
+    if p["swap_rb"]:
+        v = v[..., ::-1]
+    out = (v - np.asarray(p["mean"], f32)) * np.asarray(p["inv_std"], f32)
+    if p["out_nchw"]:
+        out = out.transpose(2, 0, 1)
+    return np.ascontiguousarray(out[None]).astype(spec.dtype)
+
+
+class GpuPreprocessor:
+    """Runs ``preprocess.cu`` for one :class:`PreprocessSpec`.
+
+    ``backend``: an open :class:`~sdk.targets.cuda.CudaBackend` (default: ``get_backend()``, closed
+    with this object). :meth:`to_device` leaves the result on the GPU (a buffer to bind straight to
+    a TensorRT input); :meth:`__call__` returns it as a host array.
+    """
+
+    def __init__(self, spec: PreprocessSpec, backend: Any = None, stream: Any = None):
+        from ..targets.cuda import get_backend
+        from .loader import load_kernels
+
+        launch_params(spec, 1, 1)  # fail early on an unsupported dtype
+        self.spec = spec
+        self._own = backend is None
+        self.backend = backend or get_backend()
+        self.stream = stream or self.backend.stream()
+        self._kernel = load_kernels(self.backend, "preprocess.cu", ["edgesdk_preprocess"])["edgesdk_preprocess"]
+        self._out = self.backend.alloc(int(np.prod(spec.output_shape())) * np.dtype(spec.dtype).itemsize)
+        self._src = None
+        self._src_host = None
+        self._host_out = self.backend.pinned(spec.output_shape(), spec.dtype)
+
+    def close(self) -> None:
+        if self._own and self.backend is not None:
+            self.backend.close()
+        self.backend = None
+
+    def __enter__(self) -> "GpuPreprocessor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _stage(self, image: np.ndarray):
+        image = _check_image(image)
+        if self._src_host is None or self._src_host.shape != image.shape:
+            if self._src is not None:
+                self._src.free()
+            self._src_host = self.backend.pinned(image.shape, np.uint8)
+            self._src = self.backend.alloc(image.nbytes)
+        np.copyto(self._src_host, image)
+        self.backend.htod(self._src, self._src_host, self.stream)
+
+    def launch(self, src: Any, src_h: int, src_w: int, src_pitch: int, dst: Any, stream: Any = None) -> None:
+        """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``."""
+        p = launch_params(self.spec, src_h, src_w)
+        i32 = np.int32
+        args = [src, i32(src_h), i32(src_w), i32(src_pitch), dst, i32(p["dst_h"]), i32(p["dst_w"]),
+                i32(p["top"]), i32(p["left"]), i32(p["region_h"]), i32(p["region_w"]),
+                p["scale_y"], p["scale_x"], p["pad_value"], *p["mean"], *p["inv_std"],
+                i32(p["swap_rb"]), i32(p["out_nchw"]), i32(p["out_half"])]
+        grid = ((p["dst_w"] + BLOCK[0] - 1) // BLOCK[0], (p["dst_h"] + BLOCK[1] - 1) // BLOCK[1], 1)
+        self._kernel(grid, BLOCK, args, stream=stream or self.stream)
+
+    def to_device(self, image: np.ndarray, dst: Any = None) -> Any:
+        """Upload ``image``, run the kernel; returns the device buffer holding the model input
+        (``dst`` when given). Asynchronous on :attr:`stream`."""
+        self._stage(image)
+        out = dst if dst is not None else self._out
+        self.launch(self._src, image.shape[0], image.shape[1], image.shape[1] * 3, out)
+        return out
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        """Preprocess ``image`` on the GPU; returns a new host array (``spec.output_shape()``)."""
+        out = self.to_device(image)
+        self.backend.dtoh(self._host_out, out, self.stream)
+        self.stream.synchronize()
+        return self._host_out.copy()

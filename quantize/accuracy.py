@@ -1,0 +1,150 @@
+"""Accuracy of an INT8 model against its FP32 original on held-out data: per-output cosine, SNR,
+max abs error and top-1 agreement (the formulas of :mod:`sdk.metrics`, accumulated batch by batch),
+the task metric (top-1 accuracy) when labels are given, per-layer sensitivity, and the fallback
+that keeps the most sensitive layers in float until a budget holds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import QuantizationError
+from ..metrics import compare_outputs
+
+__all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", "Budget"]
+
+
+def ort_session(proto_or_bytes: Any, threads: Optional[int] = None):
+    """An onnxruntime CPU session on a ModelProto or serialized bytes; a model ORT refuses raises
+    :class:`QuantizationError` (it must never be written out)."""
+    import onnxruntime as ort
+
+    data = proto_or_bytes if isinstance(proto_or_bytes, (bytes, bytearray)) else proto_or_bytes.SerializeToString()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    try:
+        return ort.InferenceSession(data, sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise QuantizationError(f"onnxruntime refuses the quantized model: {first}") from exc
+
+
+class OutputAccumulator:
+    """Streaming cosine / SNR / max abs error / top-1 agreement of one output."""
+
+    def __init__(self):
+        self.dot = self.ref2 = self.out2 = self.noise = 0.0
+        self.max_abs = 0.0
+        self.top1_same = 0
+        self.rows = 0
+        self.classifier = True
+
+    def update(self, ref: np.ndarray, out: np.ndarray) -> None:
+        r, o = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+        self.dot += float(np.sum(r * o))
+        self.ref2 += float(np.sum(r * r))
+        self.out2 += float(np.sum(o * o))
+        self.noise += float(np.sum((r - o) ** 2))
+        if r.size:
+            self.max_abs = max(self.max_abs, float(np.max(np.abs(r - o))))
+        if r.ndim == 2 and r.shape[-1] > 1:
+            self.top1_same += int(np.sum(np.argmax(r, -1) == np.argmax(o, -1)))
+            self.rows += r.shape[0]
+        else:
+            self.classifier = False
+
+    def result(self) -> Dict[str, float]:
+        na, nb = math.sqrt(self.ref2), math.sqrt(self.out2)
+        cos = 1.0 if na == nb == 0 else (0.0 if na == 0 or nb == 0 else self.dot / (na * nb))
+        snr = math.inf if self.noise == 0 else (-math.inf if self.ref2 == 0 else 10 * math.log10(self.ref2 / self.noise))
+        row = {"cosine": cos, "snr_db": snr, "max_abs_error": self.max_abs}
+        if self.classifier and self.rows:
+            row["top1_agreement"] = self.top1_same / self.rows
+        return row
+
+
+def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], List[Any], int]],
+             label_output: Optional[str] = None) -> Dict[str, Any]:
+    """Run both sessions on every batch; returns ``{"samples", "outputs": {name: metrics},
+    "task": {"metric": "top1_accuracy", "fp32", "int8", "drop_points"} (when labels)}``."""
+    names = [o.name for o in ref_sess.get_outputs()]
+    acc = {n: OutputAccumulator() for n in names}
+    samples = 0
+    correct_ref = correct_q = labelled = 0
+    label_output = label_output or names[0]
+    for feed, labels, n in batches:
+        ref = dict(zip(names, ref_sess.run(names, feed)))
+        out = dict(zip(names, q_sess.run(names, feed)))
+        for k in names:
+            acc[k].update(ref[k], out[k])
+        samples += n
+        if labels and all(lab is not None for lab in labels):
+            y = np.asarray([np.asarray(lab).reshape(-1)[0] for lab in labels]).astype(np.int64)
+            r, o = ref[label_output], out[label_output]
+            if r.ndim == 2 and r.shape[0] == len(y):
+                correct_ref += int(np.sum(np.argmax(r, -1) == y))
+                correct_q += int(np.sum(np.argmax(o, -1) == y))
+                labelled += len(y)
+    result: Dict[str, Any] = {"samples": samples, "outputs": {k: a.result() for k, a in acc.items()}}
+    if labelled:
+        fp32, int8 = 100.0 * correct_ref / labelled, 100.0 * correct_q / labelled
+        result["task"] = {"metric": "top1_accuracy", "output": label_output, "labelled": labelled,
+                          "fp32": fp32, "int8": int8, "drop_points": fp32 - int8}
+    return result
+
+
+@dataclass
+class Budget:
+    """What the INT8 model must keep: ``max_drop`` points of the task metric (needs labels), and/or a
+    minimum cosine of every output against FP32."""
+
+    max_drop: Optional[float] = None
+    min_cosine: Optional[float] = None
+
+    @property
+    def active(self) -> bool:
+        return self.max_drop is not None or self.min_cosine is not None
+
+    def holds(self, result: Mapping[str, Any]) -> bool:
+        if self.max_drop is not None and "task" in result and result["task"]["drop_points"] > self.max_drop:
+            return False
+        if self.max_drop is not None and "task" not in result:
+            # no labels: the drop is measured on top-1 agreement with FP32, in points
+            agree = [o.get("top1_agreement") for o in result["outputs"].values() if "top1_agreement" in o]
+            if agree and 100.0 * (1.0 - min(agree)) > self.max_drop:
+                return False
+        if self.min_cosine is not None and any(o["cosine"] < self.min_cosine for o in result["outputs"].values()):
+            return False
+        return True
+
+
+def layer_sensitivity(build: Callable[[Sequence[str]], Any], layers: Sequence[str], feeds: Sequence[Dict[str, np.ndarray]],
+                      ref_outputs: Sequence[Dict[str, np.ndarray]], progress: Optional[Callable[[int, int], None]] = None
+                      ) -> List[Dict[str, Any]]:
+    """Quantize each layer alone (``build([layer])`` returns the model proto) and measure the final
+    outputs against FP32 on ``feeds``. Sorted most sensitive first (lowest cosine)."""
+    rows = []
+    for i, layer in enumerate(layers):
+        sess = ort_session(build([layer]))
+        names = [o.name for o in sess.get_outputs()]
+        accs = {n: OutputAccumulator() for n in names}
+        for feed, ref in zip(feeds, ref_outputs):
+            for n, v in zip(names, sess.run(names, feed)):
+                accs[n].update(ref[n], v)
+        res = {n: a.result() for n, a in accs.items()}
+        rows.append({"layer": layer, "cosine": min(r["cosine"] for r in res.values()),
+                     "snr_db": min(r["snr_db"] for r in res.values())})
+        if progress:
+            progress(i + 1, len(layers))
+    rows.sort(key=lambda r: (r["cosine"], r["snr_db"]))
+    return rows
+
+
+def metrics_of(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, float]]:
+    """Batch metrics through :func:`sdk.metrics.compare_outputs` (for small, in-memory sets)."""
+    return compare_outputs(ref, out)

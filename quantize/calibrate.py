@@ -1,0 +1,236 @@
+"""Streaming calibration: one FP32 pass over the data with every float activation exposed as an
+output; statistics updated per batch and the outputs dropped, so peak memory does not grow with the
+number of samples. The work is split across worker processes (one ONNX Runtime session each, shards
+of batches), whose statistics merge exactly.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import InferenceError, QuantizationError
+from .graph import GraphIndex
+from .stats import NBINS, CalibrationStats
+
+__all__ = ["calibrate", "calibration_tensors", "augment", "default_workers"]
+
+ProgressFn = Callable[[int, Optional[int]], None]
+
+_CHANNEL_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def calibration_tensors(proto: Any) -> Dict[str, List[str]]:
+    """``{"tensors": [...], "channels": [...]}``: every float activation of the graph, and those
+    that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias correction)."""
+    idx = GraphIndex(proto)
+    names = idx.activation_tensors()
+    chans = sorted({n.input[0] for n in proto.graph.node if n.op_type in _CHANNEL_OPS and n.input
+                    and n.input[0] in set(names)})
+    return {"tensors": names, "channels": chans}
+
+
+def augment(proto: Any, names: Sequence[str]) -> Any:
+    """A copy of ``proto`` with ``names`` added as graph outputs (float, shape left open)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    idx = GraphIndex(proto)
+    have = {o.name for o in out.graph.output}
+    for n in names:
+        if n not in have:
+            out.graph.output.append(helper.make_tensor_value_info(n, idx.elem_type.get(n, TensorProto.FLOAT), None))
+    return out
+
+
+def default_workers(samples: Optional[int]) -> int:
+    """All available cores, but at least 8 samples per worker (process start-up costs ~1 s)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    if samples is not None:
+        cores = min(cores, max(1, samples // 8))
+    return max(1, cores)
+
+
+def _session(path: str, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = max(1, threads)
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    try:
+        return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise QuantizationError(f"onnxruntime cannot load the model for calibration: {first}") from exc
+
+
+def _run_batch(sess, names, stats: CalibrationStats, feed, n: int) -> None:
+    try:
+        outs = sess.run(names, feed)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InferenceError(f"calibration run failed: {first}") from exc
+    stats.update(dict(zip(names, outs)), n)
+    del outs
+
+
+def _worker(path: str, names: List[str], chans: List[str], sha: str, nbins: int, threads: int,
+            tasks, results) -> None:  # pragma: no cover - runs in a child process
+    stats = CalibrationStats.empty(sha, names, nbins, chans)
+    error = None
+    try:
+        sess = _session(path, threads)
+    except Exception as exc:
+        sess, error = None, str(exc)
+    while True:
+        item = tasks.get()
+        if item is None:
+            break
+        if error is not None:
+            continue  # keep draining so the parent never blocks
+        feed, n = item
+        try:
+            _run_batch(sess, names, stats, feed, n)
+        except Exception as exc:
+            error = str(exc)
+    results.put((error, None if error else stats.to_arrays()))
+
+
+def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] = None,
+              workers: Optional[int] = None, total: Optional[int] = None,
+              progress: Optional[ProgressFn] = None, nbins: int = NBINS,
+              tensors: Optional[Sequence[str]] = None) -> CalibrationStats:
+    """Collect :class:`CalibrationStats` of ``model`` (an :class:`sdk.Model`, ONNX) over ``samples``
+    (``(feed, label)`` pairs from an :mod:`sdk.sources` source, batch dim 1 each).
+
+    ``batch_size``: samples per run (default 8 when the batch dim is dynamic, else 1). ``workers``:
+    processes (default :func:`default_workers`); 1 runs in this process. ``progress(done, total)``
+    is called after each batch is handed out. Raises :class:`QuantizationError` on NaN/Inf
+    activations or when no sample was seen.
+    """
+    from ..sources import batched
+
+    proto = model.proto
+    plan = calibration_tensors(proto)
+    names = list(tensors) if tensors is not None else plan["tensors"]
+    chans = [c for c in plan["channels"] if c in set(names)]
+    if not names:
+        raise QuantizationError(f"'{model.name}' has no float activation to calibrate")
+    dynamic_batch = all(not (isinstance(s.shape[0], int) and s.shape[0] > 0) for s in model.inputs if s.shape)
+    if batch_size is None:
+        batch_size = 8 if dynamic_batch else 1
+    if not dynamic_batch:
+        batch_size = 1
+    if workers is None:
+        workers = default_workers(total)
+    workers = max(1, int(workers))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover
+        cores = os.cpu_count() or 1
+    threads = max(1, cores // workers)
+
+    with tempfile.TemporaryDirectory(prefix="edgesdk-calib-") as tmp:
+        path = str(Path(tmp) / "augmented.onnx")
+        import onnx
+
+        onnx.save(augment(proto, names), path)
+        batches = batched(samples, batch_size)
+        if workers == 1:
+            stats = _calibrate_here(path, names, chans, model.sha256, nbins, threads, batches, total, progress)
+        else:
+            stats = _calibrate_pool(path, names, chans, model.sha256, nbins, threads, workers, batches, total,
+                                    progress)
+    _check(stats, model.name)
+    stats.meta.update({"batch_size": batch_size, "workers": workers, "nbins": nbins})
+    return stats
+
+
+def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, progress) -> CalibrationStats:
+    sess = _session(path, threads)
+    stats = CalibrationStats.empty(sha, names, nbins, chans)
+    done = 0
+    for feed, _, n in batches:
+        _run_batch(sess, names, stats, feed, n)
+        done += n
+        if progress:
+            progress(done, total)
+    return stats
+
+
+def _calibrate_pool(path, names, chans, sha, nbins, threads, workers, batches, total, progress) -> CalibrationStats:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # never fork a process that may hold onnxruntime threads
+    tasks = ctx.Queue(maxsize=2 * workers)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(path, names, chans, sha, nbins, threads, tasks, results),
+                         daemon=True) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    done = 0
+    try:
+        for feed, _, n in batches:
+            _put(tasks, (feed, n), procs)
+            done += n
+            if progress:
+                progress(done, total)
+        for _ in procs:
+            _put(tasks, None, procs)
+        stats = CalibrationStats.empty(sha, names, nbins, chans)
+        errors = []
+        for _ in procs:
+            error, arrays = _get(results, procs)
+            if error:
+                errors.append(error)
+            else:
+                stats.merge(CalibrationStats.from_arrays(arrays))
+        if errors:
+            raise QuantizationError(errors[0])
+        for p in procs:
+            p.join(timeout=10)
+        return stats
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+
+
+def _put(q, item, procs) -> None:
+    while True:
+        try:
+            q.put(item, timeout=0.5)
+            return
+        except queue.Full:
+            if not all(p.is_alive() for p in procs):
+                raise QuantizationError("a calibration worker process died (out of memory?)") from None
+
+
+def _get(q, procs):
+    while True:
+        try:
+            return q.get(timeout=0.5)
+        except queue.Empty:
+            if not any(p.is_alive() for p in procs) and q.empty():
+                raise QuantizationError("a calibration worker process died (out of memory?)") from None
+
+
+def _check(stats: CalibrationStats, model_name: str) -> None:
+    if stats.samples == 0:
+        raise QuantizationError("no calibration sample was read", "check the calibration data path")
+    bad = [(n, t.nonfinite) for n, t in stats.tensors.items() if t.nonfinite]
+    if bad:
+        listing = ", ".join(f"'{n}' ({c} values)" for n, c in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise QuantizationError(f"NaN or Inf in the activations of '{model_name}': {listing}",
+                                "check the calibration data and its preprocessing")

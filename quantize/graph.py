@@ -1,0 +1,164 @@
+"""Graph helpers shared by calibration, the schemes and QDQ emission: who produces and consumes a
+tensor, which tensors are float activations, already-quantized detection, BatchNorm folding."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from ..errors import QuantizationError
+
+__all__ = ["GraphIndex", "check_not_quantized", "fold_batchnorm", "QUANTIZED_OPS"]
+
+QUANTIZED_OPS = {
+    "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+    "DynamicQuantizeLinear", "QLinearAdd", "QLinearMul", "QGemm", "QLinearConcat", "QLinearAveragePool",
+    "QLinearGlobalAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "DynamicQuantizeMatMul",
+}
+_FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+class GraphIndex:
+    """Producer / consumer maps, initializers and float activation tensors of a ModelProto's main
+    graph (types from ONNX shape inference)."""
+
+    def __init__(self, proto: Any):
+        import onnx
+
+        self.proto = proto
+        g = proto.graph
+        self.graph = g
+        self.inits: Dict[str, Any] = {i.name: i for i in g.initializer}
+        self.producer: Dict[str, Any] = {}
+        self.consumers: Dict[str, List[Tuple[Any, int]]] = defaultdict(list)
+        for node in g.node:
+            for o in node.output:
+                if o:
+                    self.producer[o] = node
+            for i, name in enumerate(node.input):
+                if name:
+                    self.consumers[name].append((node, i))
+        self.graph_inputs = [vi.name for vi in g.input if vi.name not in self.inits]
+        self.graph_outputs = [vi.name for vi in g.output]
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto)
+        except Exception:  # inference failing leaves types unknown; calibration still works
+            inferred = proto
+        self.elem_type: Dict[str, int] = {}
+        self.shape: Dict[str, Optional[List[Any]]] = {}
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+            tt = vi.type.tensor_type
+            self.elem_type[vi.name] = tt.elem_type
+            if tt.HasField("shape"):
+                self.shape[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        self.constants: Set[str] = {n.output[0] for n in g.node if n.op_type == "Constant" and n.output}
+
+    def is_float(self, name: str) -> bool:
+        return self.elem_type.get(name) in _FLOAT_TYPES
+
+    def is_activation(self, name: str) -> bool:
+        """A float tensor computed at run time (graph input or node output), not a constant."""
+        return bool(name) and name not in self.inits and name not in self.constants and self.is_float(name)
+
+    def activation_tensors(self) -> List[str]:
+        """Graph inputs then node outputs, in graph order: every float run-time tensor."""
+        out = [n for n in self.graph_inputs if self.is_activation(n)]
+        seen = set(out)
+        for node in self.graph.node:
+            if node.op_type in ("Constant", "Shape", "Size"):
+                continue
+            for o in node.output:
+                if o and o not in seen and self.is_activation(o):
+                    out.append(o)
+                    seen.add(o)
+        return out
+
+    def init_array(self, name: str) -> Optional[np.ndarray]:
+        from onnx import numpy_helper
+
+        t = self.inits.get(name)
+        return None if t is None else numpy_helper.to_array(t)
+
+    def single_consumer(self, name: str) -> Optional[Any]:
+        cons = self.consumers.get(name, [])
+        if len(cons) == 1 and name not in self.graph_outputs:
+            return cons[0][0]
+        return None
+
+    def attr(self, node: Any, name: str, default: Any = None) -> Any:
+        import onnx
+
+        for a in node.attribute:
+            if a.name == name:
+                return onnx.helper.get_attribute_value(a)
+        return default
+
+
+def check_not_quantized(proto: Any, name: str) -> None:
+    """Raise :class:`QuantizationError` when the model already holds quantized ops or int8 weights."""
+    ops = sorted({n.op_type for n in proto.graph.node if n.op_type in QUANTIZED_OPS})
+    if ops:
+        raise QuantizationError(f"'{name}' is already quantized (it has {', '.join(ops)} nodes)",
+                                "quantize the FP32 model instead")
+
+
+def fold_batchnorm(proto: Any) -> Tuple[Any, int]:
+    """A copy of ``proto`` with each Conv -> BatchNormalization pair (Conv output used only by the
+    BN) folded into the Conv's weights and bias; the Conv takes the BN's output name, so tensor names
+    calibrated on the original model stay valid. Returns ``(proto, folded_count)``."""
+    import onnx
+    from onnx import numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    idx = GraphIndex(out)
+    g = out.graph
+    remove = []
+    new_inits: Dict[str, Any] = {}
+    folded = 0
+    for node in list(g.node):
+        if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in idx.inits:
+            continue
+        bn = idx.single_consumer(node.output[0])
+        if bn is None or bn.op_type != "BatchNormalization" or len(bn.output) != 1 and any(bn.output[1:]):
+            continue
+        params = [idx.init_array(n) for n in bn.input[1:5]]
+        if any(p is None for p in params):
+            continue
+        scale, bias, mean, var = (p.astype(np.float64) for p in params)
+        eps = float(idx.attr(bn, "epsilon", 1e-5))
+        w = idx.init_array(node.input[1]).astype(np.float64)
+        b = idx.init_array(node.input[2]).astype(np.float64) if len(node.input) > 2 and node.input[2] else np.zeros(w.shape[0])
+        k = scale / np.sqrt(var + eps)
+        w2 = (w * k.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        b2 = ((b - mean) * k + bias).astype(np.float32)
+        wn, bnm = node.input[1] + "_bnfold", node.output[0] + "_bnfold_bias"
+        new_inits[wn] = numpy_helper.from_array(w2, wn)
+        new_inits[bnm] = numpy_helper.from_array(b2, bnm)
+        x = node.input[0]
+        del node.input[:]
+        node.input.extend([x, wn, bnm])
+        remove.append(bn)
+        node.output[0] = bn.output[0]
+        folded += 1
+    if not folded:
+        return out, 0
+    for bn in remove:
+        g.node.remove(bn)
+    g.initializer.extend(new_inits.values())
+    _drop_unused_initializers(out)
+    return out, folded
+
+
+def _drop_unused_initializers(proto: Any) -> None:
+    used = {i for n in proto.graph.node for i in n.input}
+    used |= {o.name for o in proto.graph.output}
+    removed = {t.name for t in proto.graph.initializer if t.name not in used}
+    if removed:
+        keep = [t for t in proto.graph.initializer if t.name not in removed]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        gin = [vi for vi in proto.graph.input if vi.name not in removed]
+        del proto.graph.input[:]
+        proto.graph.input.extend(gin)

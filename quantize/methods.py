@@ -1,0 +1,187 @@
+"""Calibration methods: a histogram in, a clipping range ``(lo, hi)`` out.
+
+Every method works from the same :class:`~sdk.quantize.stats.TensorStats`, so changing the method
+never re-runs inference. To add one, write ``def my_method(stats, symmetric, **params) -> (lo, hi)``
+and decorate it with ``@register_method("name", defaults)``.
+
+Symmetric schemes get ``(-t, t)``; asymmetric schemes get a range that holds zero. All methods
+return the exact min/max when the data is constant or too small to histogram.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Tuple
+
+import numpy as np
+
+from ..errors import InputError
+from .stats import TensorStats
+
+__all__ = ["register_method", "method_names", "get_method", "compute_range"]
+
+Range = Tuple[float, float]
+MethodFn = Callable[..., Range]
+
+_METHODS: Dict[str, Tuple[MethodFn, Dict[str, Any]]] = {}
+
+
+def register_method(name: str, defaults: Dict[str, Any] = None):
+    """Decorator: register a calibration method under ``name`` with default ``params``."""
+
+    def deco(fn: MethodFn) -> MethodFn:
+        _METHODS[name] = (fn, dict(defaults or {}))
+        return fn
+
+    return deco
+
+
+def method_names() -> List[str]:
+    return list(_METHODS)
+
+
+def get_method(name: str) -> Tuple[MethodFn, Dict[str, Any]]:
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise InputError(f"unknown calibration method '{name}'", f"known: {', '.join(_METHODS)}") from None
+
+
+def compute_range(stats: TensorStats, method: str, symmetric: bool, **params: Any) -> Range:
+    """The clipping range of one tensor by ``method`` (params override the method's defaults)."""
+    fn, defaults = get_method(method)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise InputError(f"calibration method '{method}' has no parameter {', '.join(unknown)}",
+                         f"parameters: {', '.join(defaults) or 'none'}")
+    if not stats.seen:
+        return (0.0, 0.0)
+    if stats.width == 0.0:  # only zeros
+        return (0.0, 0.0)
+    lo, hi = fn(stats, symmetric, **{**defaults, **params})
+    return _finish(stats, lo, hi, symmetric)
+
+
+def _finish(stats: TensorStats, lo: float, hi: float, symmetric: bool) -> Range:
+    if symmetric:
+        t = max(abs(lo), abs(hi))
+        return (-t, t)
+    # never wider than the data, always holding zero
+    lo = max(lo, stats.min)
+    hi = min(hi, stats.max)
+    return (min(lo, 0.0), max(hi, 0.0))
+
+
+def _from_threshold(stats: TensorStats, t: float, symmetric: bool) -> Range:
+    if symmetric:
+        return (-t, t)
+    return (max(stats.min, -t), min(stats.max, t))
+
+
+@register_method("minmax")
+def minmax(stats: TensorStats, symmetric: bool) -> Range:
+    """The exact min and max seen."""
+    return (stats.min, stats.max)
+
+
+@register_method("percentile", {"percentile": 99.99})
+def percentile(stats: TensorStats, symmetric: bool, percentile: float) -> Range:
+    """Clip at the ``percentile`` of ``|x|`` (symmetric) or of each tail (asymmetric: the same
+    mass, ``(100 - percentile) / 2`` percent, cut from each side)."""
+    if not 0 < percentile <= 100:
+        raise InputError(f"percentile {percentile} is not in (0, 100]")
+    if symmetric:
+        h, w = stats.abs_hist()
+        c = np.cumsum(h)
+        j = int(np.searchsorted(c, c[-1] * percentile / 100.0))
+        return _from_threshold(stats, min((j + 1) * w, stats.absmax), True)
+    c = np.cumsum(stats.hist)
+    tail = c[-1] * (100.0 - percentile) / 200.0
+    edges = stats.edges()
+    j_lo = int(np.searchsorted(c, tail, side="right"))
+    j_hi = int(np.searchsorted(c, c[-1] - tail))
+    return (max(edges[j_lo], stats.min), min(edges[j_hi + 1], stats.max))
+
+
+@register_method("entropy", {"num_quantized_bins": 128})
+def entropy(stats: TensorStats, symmetric: bool, num_quantized_bins: int) -> Range:
+    """The threshold of ``|x|`` minimising KL(P || Q), where P is the histogram clipped at the
+    threshold (outliers folded into the last bin) and Q its quantization to ``num_quantized_bins``
+    levels (TensorRT's EntropyCalibrator2 idea). Every candidate is evaluated at once, in closed
+    form, from prefix sums of the histogram."""
+    h, w = stats.abs_hist()
+    t = _kl_threshold(h.astype(np.float64), int(num_quantized_bins))
+    return _from_threshold(stats, min(t * w, stats.absmax), symmetric)
+
+
+def _kl_threshold(h: np.ndarray, nq: int) -> int:
+    """Number of bins ``i`` (a threshold at ``i`` bin widths) that minimises the KL divergence."""
+    nz = np.nonzero(h)[0]
+    if len(nz) == 0:
+        return 1
+    n = int(nz[-1]) + 1  # last non-empty bin
+    if n <= nq:
+        return n
+    h = h[:n]
+    total = h.sum()
+    plogp = np.where(h > 0, h * np.log(np.where(h > 0, h, 1.0)), 0.0)
+    C = np.concatenate([[0.0], np.cumsum(h)])
+    NZ = np.concatenate([[0], np.cumsum(h > 0)])
+    L = np.concatenate([[0.0], np.cumsum(plogp)])
+
+    cand = np.arange(nq, n + 1)                        # thresholds (in bins) to evaluate, shape K
+    m = cand // nq                                     # bins per quantized level
+    g = np.arange(nq)
+    start = g[None, :] * m[:, None]                    # K x nq
+    end = np.where(g[None, :] == nq - 1, cand[:, None], start + m[:, None])
+    S = C[end] - C[start]                              # Q is built from the bins as they are...
+    Z = NZ[end] - NZ[start]
+    Lg = L[end] - L[start]
+    last = cand - 1                                    # ...P folds the outliers into its last bin
+    p_last = h[last]
+    outl = total - C[cand]
+    p_new = p_last + outl
+    Lg[:, -1] += np.where(p_new > 0, p_new * np.log(np.where(p_new > 0, p_new, 1.0)), 0.0) \
+        - np.where(p_last > 0, p_last * np.log(np.where(p_last > 0, p_last, 1.0)), 0.0)
+    S_p = S.copy()
+    S_p[:, -1] += outl
+    # KL(P||Q) with P = p'/total and Q_b = (S_g / Z_g) / C[i] on the non-empty bins of group g:
+    #   sum_b p'_b log p'_b / total - sum_g S'_g log(S_g / Z_g) / total + log(C[i] / total)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logq = np.where(S > 0, np.log(np.where(S > 0, S, 1.0) / np.maximum(Z, 1)), 0.0)
+    kl = (Lg.sum(axis=1) - (S_p * logq).sum(axis=1)) / total + np.log(C[cand] / total)
+    kl = np.where((p_last == 0) & (outl > 0), np.inf, kl)  # P has mass where Q has none
+    best = int(np.argmin(kl))
+    return int(cand[best])
+
+
+@register_method("mse", {"bits": 8})
+def mse(stats: TensorStats, symmetric: bool, bits: int) -> Range:
+    """The clipping threshold minimising the expected squared error of quantize-dequantize:
+    rounding noise ``step^2 / 12`` inside the range, ``(|x| - t)^2`` outside."""
+    one_sided = stats.min >= 0 and not symmetric
+    levels = (2 ** bits - 1) if one_sided else (2 ** (bits - 1) - 1)
+    h, w = stats.abs_hist()
+    h = h.astype(np.float64)
+    n = int(np.nonzero(h)[0][-1]) + 1 if h.any() else 1
+    h = h[:n]
+    x = (np.arange(n) + 0.5) * w                       # bin centres
+    cand = np.arange(1, n + 1)
+    t = cand * w
+    # suffix sums for the clipped part: sum_{b >= i} h_b (x_b - t)^2
+    H = np.concatenate([np.cumsum(h[::-1])[::-1], [0.0]])
+    HX = np.concatenate([np.cumsum((h * x)[::-1])[::-1], [0.0]])
+    HXX = np.concatenate([np.cumsum((h * x * x)[::-1])[::-1], [0.0]])
+    clip = HXX[cand] - 2 * t * HX[cand] + t * t * H[cand]
+    inside = H[0] - H[cand]
+    step = t / levels
+    err = clip + inside * step * step / 12.0
+    best = int(np.argmin(err))
+    return _from_threshold(stats, min(float(t[best]), stats.absmax), symmetric)
+
+
+def amax_of(r: Range) -> float:
+    return max(abs(r[0]), abs(r[1]))
+
+
+def is_finite_range(r: Range) -> bool:
+    return all(math.isfinite(v) for v in r)

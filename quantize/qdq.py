@@ -1,0 +1,248 @@
+"""QDQ emission: a :class:`~sdk.quantize.schemes.base.QuantPlan` plus activation ranges in, a
+QDQ ONNX model out; and the per-tensor quantization parameters as JSON (for TFLite converters).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from ..errors import QuantizationError
+from .graph import GraphIndex
+from .schemes.base import QParams, QuantPlan, Scheme
+
+__all__ = ["activation_qparams", "quantize_weight", "resolve_ranges", "emit_qdq", "export_ranges"]
+
+Range = Tuple[float, float]
+
+_QRANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+def activation_qparams(r: Range, symmetric: bool, dtype: str) -> QParams:
+    """Scale and zero point of an activation range. Symmetric: int8 in [-127, 127], zp 0, scale
+    ``amax / 127``. Asymmetric: the range (holding 0) spread over the dtype's 256 levels."""
+    lo, hi = min(float(r[0]), 0.0), max(float(r[1]), 0.0)
+    if symmetric:
+        amax = max(abs(lo), abs(hi))
+        scale = amax / 127.0 if amax > 0 else 1.0
+        return QParams(np.float32(scale), 0, "int8")
+    qmin, qmax = _QRANGE[dtype]
+    scale = (hi - lo) / float(qmax - qmin) if hi > lo else 1.0
+    zp = int(round(qmin - lo / scale))
+    zp = max(qmin, min(qmax, zp))
+    return QParams(np.float32(scale), zp, dtype)
+
+
+def quantize_weight(w: np.ndarray, axis: Optional[int], reduce_range: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 quantization of a weight: ``(q int8, scale float32)``; scale per channel along
+    ``axis`` (None: one scale). Range [-127, 127], or [-63, 63] with ``reduce_range``."""
+    qmax = 63.0 if reduce_range else 127.0
+    w = np.asarray(w, np.float32)
+    if axis is None:
+        amax = np.array(np.abs(w).max() if w.size else 0.0, np.float32)
+    else:
+        amax = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
+    s = scale if axis is None else scale.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+    q = np.clip(np.rint(w / s), -qmax, qmax).astype(np.int8)
+    return q, scale
+
+
+def resolve_ranges(plan: QuantPlan, ranges: Mapping[str, Range]) -> Dict[str, Range]:
+    """The range of every tensor the plan quantizes, shared groups merged (union of ranges).
+    Raises :class:`QuantizationError` when a tensor has no statistics."""
+    parent: Dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for group in plan.shared:
+        root = find(group[0])
+        for t in group[1:]:
+            r = find(t)
+            if r != root:
+                parent[r] = root
+    needed = set(plan.activations) | {t for g in plan.shared for t in g}
+    missing = sorted(t for t in needed if t not in ranges and t not in plan.fixed)
+    if missing:
+        raise QuantizationError(
+            f"no calibration statistics for tensor(s) {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""),
+            "the statistics belong to another version of the model; calibrate again")
+    union: Dict[str, Range] = {}
+    for t in needed:
+        if t in ranges:
+            root = find(t)
+            lo, hi = ranges[t]
+            if root in union:
+                union[root] = (min(union[root][0], lo), max(union[root][1], hi))
+            else:
+                union[root] = (lo, hi)
+    return {t: union[find(t)] for t in needed if find(t) in union}
+
+
+def _scalar(name: str, value, dtype) -> Any:
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: Scheme) -> Tuple[Any, Dict[str, QParams]]:
+    """A copy of ``proto`` with the plan's Q/DQ nodes; returns ``(model, activation qparams)``."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    idx = GraphIndex(out)
+    g = out.graph
+    by_name = {n.name: n for n in g.node}
+    resolved = resolve_ranges(plan, ranges)
+    new_nodes: List[Tuple[int, Any]] = []  # (insert before node index, node)
+    order = {n.name: i for i, n in enumerate(g.node)}
+    inits: List[Any] = []
+    qparams: Dict[str, QParams] = {}
+
+    def insert_pos(tensor: str) -> int:
+        p = idx.producer.get(tensor)
+        return order[p.name] + 1 if p is not None else 0
+
+    # -- activations ----------------------------------------------------------------------------------
+    for t, consumers in plan.activations.items():
+        if t in plan.fixed:
+            scale, zp = plan.fixed[t]
+            qp = QParams(np.float32(scale), int(zp), "int8")
+        else:
+            qp = activation_qparams(resolved[t], scheme.activation_symmetric, scheme.activation_dtype)
+        qparams[t] = qp
+        np_dtype = np.int8 if qp.dtype == "int8" else np.uint8
+        s_name, z_name = f"{t}_scale", f"{t}_zero_point"
+        inits += [_scalar(s_name, qp.scale, np.float32), _scalar(z_name, qp.zero_point, np_dtype)]
+        q_out, dq_out = f"{t}_quantized", f"{t}_dequantized"
+        pos = insert_pos(t)
+        new_nodes.append((pos, helper.make_node("QuantizeLinear", [t, s_name, z_name], [q_out], name=f"{t}_QuantizeLinear")))
+        new_nodes.append((pos, helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
+                                                name=f"{t}_DequantizeLinear")))
+        for node, i in idx.consumers.get(t, []):
+            if consumers is None or (node.name, i) in consumers:
+                node.input[i] = dq_out
+
+    # -- weights ------------------------------------------------------------------------------------------
+    w_done: Dict[Tuple[str, Optional[int]], Tuple[str, np.ndarray]] = {}
+    for wq in plan.weights:
+        node = by_name[wq.node]
+        key = (wq.tensor, wq.axis)
+        if key not in w_done:
+            w = idx.init_array(wq.tensor)
+            q, scale = quantize_weight(w, wq.axis, scheme.reduce_range)
+            base = f"{wq.tensor}" + ("" if wq.axis is None else f"_c{wq.axis}")
+            s_name, z_name = f"{base}_scale", f"{base}_zero_point"
+            zp = np.zeros_like(scale, dtype=np.int8)
+            inits += [numpy_helper.from_array(scale.astype(np.float32), s_name), numpy_helper.from_array(zp, z_name)]
+            attrs = {} if wq.axis is None else {"axis": wq.axis}
+            dq_out = f"{base}_dequantized"
+            if scheme.weight_qdq_pair:  # float weights -> Q -> DQ (TensorRT)
+                q_out = f"{base}_quantized"
+                new_nodes.append((0, helper.make_node("QuantizeLinear", [wq.tensor, s_name, z_name], [q_out],
+                                                      name=f"{base}_QuantizeLinear", **attrs)))
+                src = q_out
+            else:  # int8 initializer -> DQ (ONNX Runtime, TFLite)
+                src = f"{base}_int8"
+                inits.append(numpy_helper.from_array(q, src))
+            new_nodes.append((0, helper.make_node("DequantizeLinear", [src, s_name, z_name], [dq_out],
+                                                  name=f"{base}_DequantizeLinear", **attrs)))
+            w_done[key] = (dq_out, scale)
+        node.input[wq.index] = w_done[key][0]
+
+    # -- biases: int32, scale s_in * s_w ------------------------------------------------------------------
+    w_scale = {wq.tensor: w_done[(wq.tensor, wq.axis)][1] for wq in plan.weights}
+    for bq in plan.biases:
+        node = by_name[bq.node]
+        act_qp = qparams.get(bq.activation)
+        if act_qp is None or bq.weight not in w_scale:
+            continue
+        b = idx.init_array(bq.tensor).astype(np.float64)
+        s = (float(act_qp.scale) * w_scale[bq.weight].astype(np.float64))
+        s = np.broadcast_to(s, b.shape[-1:]) if s.ndim else s
+        q = np.clip(np.rint(b / s), -(2 ** 31), 2 ** 31 - 1).astype(np.int32)
+        base = f"{bq.tensor}_{bq.node}"
+        s_name, z_name, q_name = f"{base}_scale", f"{base}_zero_point", f"{base}_int32"
+        attrs = {"axis": 0} if np.ndim(s) and np.size(s) > 1 and b.ndim == 1 else {}
+        scale_arr = np.asarray(s, np.float32)
+        if not attrs and scale_arr.size > 1:  # per-tensor weights: one scale
+            scale_arr = scale_arr.reshape(-1)[:1].reshape(())
+        inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale_arr, s_name),
+                  numpy_helper.from_array(np.zeros(scale_arr.shape, np.int32), z_name)]
+        new_nodes.append((0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [f"{base}_dequantized"],
+                                              name=f"{base}_DequantizeLinear", **attrs)))
+        node.input[bq.index] = f"{base}_dequantized"
+
+    # -- assemble in topological order ----------------------------------------------------------------------
+    nodes = list(g.node)
+    buckets: Dict[int, List[Any]] = {}
+    for pos, n in new_nodes:
+        buckets.setdefault(pos, []).append(n)
+    merged: List[Any] = []
+    for i in range(len(nodes) + 1):
+        merged.extend(buckets.get(i, []))
+        if i < len(nodes):
+            merged.append(nodes[i])
+    del g.node[:]
+    g.node.extend(merged)
+    g.initializer.extend(inits)
+    _drop_dead_initializers(out)
+    try:
+        onnx.checker.check_model(out)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise QuantizationError(f"the quantized graph is invalid: {first}") from exc
+    return out, qparams
+
+
+def _drop_dead_initializers(proto: Any) -> None:
+    used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
+    keep = [t for t in proto.graph.initializer if t.name in used]
+    if len(keep) != len(proto.graph.initializer):
+        dead = {t.name for t in proto.graph.initializer} - {t.name for t in keep}
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+        gin = [vi for vi in proto.graph.input if vi.name not in dead]
+        del proto.graph.input[:]
+        proto.graph.input.extend(gin)
+
+
+def export_ranges(plan: QuantPlan, ranges: Mapping[str, Range], qparams: Mapping[str, QParams],
+                  proto: Any, scheme: Scheme, all_ranges: Optional[Mapping[str, Range]] = None) -> Dict[str, Any]:
+    """JSON-ready quantization parameters: every quantized activation (min, max, scale, zero_point,
+    dtype, fixed/shared), every quantized weight (per-axis scales, ONNX axis and the TFLite axis),
+    and, when ``all_ranges`` is given, the calibrated range of every other activation too."""
+    idx = GraphIndex(proto)
+    resolved = resolve_ranges(plan, ranges)
+    acts: Dict[str, Any] = {}
+    shared_of = {t: i for i, grp in enumerate(plan.shared) for t in grp}
+    for t, qp in qparams.items():
+        lo, hi = resolved.get(t, (None, None))
+        acts[t] = {"min": lo, "max": hi, "scale": float(qp.scale), "zero_point": int(qp.zero_point),
+                   "dtype": qp.dtype, "fixed": t in plan.fixed, "shared_group": shared_of.get(t)}
+    for t, r in (all_ranges or {}).items():
+        if t not in acts and all(math.isfinite(v) for v in r):
+            qp = activation_qparams(r, scheme.activation_symmetric, scheme.activation_dtype)
+            acts[t] = {"min": r[0], "max": r[1], "scale": float(qp.scale), "zero_point": int(qp.zero_point),
+                       "dtype": qp.dtype, "fixed": False, "shared_group": None, "quantized_in_graph": False}
+    weights: Dict[str, Any] = {}
+    by_name = {n.name: n for n in idx.graph.node}
+    for wq in plan.weights:
+        node = by_name[wq.node]
+        _, scale = quantize_weight(idx.init_array(wq.tensor), wq.axis, scheme.reduce_range)
+        depthwise = node.op_type == "Conv" and int(idx.attr(node, "group", 1)) > 1 \
+            and idx.inits[wq.tensor].dims[1] == 1
+        tfl_axis = None if wq.axis is None else (3 if depthwise else 0)
+        weights[wq.tensor] = {"node": wq.node, "op": "DepthwiseConv" if depthwise else node.op_type,
+                              "axis": wq.axis, "tflite_axis": tfl_axis, "scale": np.atleast_1d(scale).tolist(),
+                              "zero_point": 0, "dtype": "int8"}
+    return {"scheme": scheme.name, "options": scheme.options(), "activations": acts, "weights": weights,
+            "biases": {b.tensor: {"node": b.node, "dtype": "int32", "scale": "input_scale * weight_scale"}
+                       for b in plan.biases}}

@@ -1,0 +1,158 @@
+"""The Scheme contract and the plan it produces.
+
+A :class:`Scheme` turns a graph into a :class:`QuantPlan`: which activation tensors get a Q/DQ pair
+(for all their consumers or only some), which weights are quantized on which axis, which biases
+become int32, which tensors share one scale and which have a fixed one. :mod:`sdk.quantize.qdq`
+then emits the plan; the scheme's attributes say how (dtypes, symmetric or not).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from ...errors import InputError
+from ..graph import GraphIndex
+
+__all__ = ["Scheme", "QuantPlan", "WeightQ", "BiasQ", "QParams"]
+
+
+@dataclass
+class WeightQ:
+    node: str
+    index: int
+    tensor: str
+    axis: Optional[int]   # None: per-tensor
+
+
+@dataclass
+class BiasQ:
+    node: str
+    index: int
+    tensor: str
+    activation: str       # the node's quantized data input
+    weight: str           # the node's quantized weight
+
+
+@dataclass
+class QParams:
+    scale: Any            # float or per-channel array
+    zero_point: Any       # int or array
+    dtype: str            # int8 / uint8 / int32
+
+
+@dataclass
+class QuantPlan:
+    """Where Q/DQ goes. ``activations``: tensor -> None (every consumer reads the dequantized value)
+    or a set of ``(node_name, input_index)`` consumers. ``layers``: the quantized nodes (names)."""
+
+    activations: Dict[str, Optional[Set[Tuple[str, int]]]] = field(default_factory=dict)
+    weights: List[WeightQ] = field(default_factory=list)
+    biases: List[BiasQ] = field(default_factory=list)
+    shared: List[List[str]] = field(default_factory=list)
+    fixed: Dict[str, Tuple[float, int]] = field(default_factory=dict)
+    layers: List[str] = field(default_factory=list)
+
+    def add_activation(self, tensor: str, consumer: Optional[Tuple[str, int]] = None) -> None:
+        """QDQ on ``tensor`` for every consumer (``consumer`` None) or for one more consumer."""
+        if consumer is None:
+            self.activations[tensor] = None
+        elif tensor not in self.activations:
+            self.activations[tensor] = {consumer}
+        elif self.activations[tensor] is not None:
+            self.activations[tensor].add(consumer)  # type: ignore[union-attr]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "layers": list(self.layers),
+            "activations": sorted(self.activations),
+            "weights": [{"node": w.node, "tensor": w.tensor, "axis": w.axis} for w in self.weights],
+            "biases": [b.tensor for b in self.biases],
+            "shared": self.shared,
+            "fixed": {k: list(v) for k, v in self.fixed.items()},
+        }
+
+
+class Scheme:
+    """Base class of a target's quantization scheme. Options: ``per_channel`` (weights),
+    ``reduce_range`` (7-bit weights for x86 without VNNI), ``activation_dtype`` (uint8/int8 where
+    the scheme allows both)."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    default_method: ClassVar[str] = "entropy"
+    activation_symmetric: ClassVar[bool] = False
+    activation_dtypes: ClassVar[Tuple[str, ...]] = ("int8",)
+    weight_qdq_pair: ClassVar[bool] = False   # True: float weights -> Q -> DQ; False: int8 initializer -> DQ
+    quantize_bias: ClassVar[bool] = True
+    fold_batchnorm: ClassVar[bool] = True
+    #: ops whose weights are per-channel, with the axis of the output channels
+    channel_axis: ClassVar[Dict[str, int]] = {"Conv": 0, "ConvTranspose": 1}
+
+    def __init__(self, per_channel: bool = True, reduce_range: bool = False,
+                 activation_dtype: Optional[str] = None):
+        self.per_channel = per_channel
+        self.reduce_range = reduce_range
+        self.activation_dtype = activation_dtype or self.activation_dtypes[0]
+        if self.activation_dtype not in self.activation_dtypes:
+            raise InputError(f"target '{self.name}' takes activations as {' or '.join(self.activation_dtypes)}, "
+                             f"not {self.activation_dtype}")
+
+    # -- planning ---------------------------------------------------------------------------------------
+    def plan(self, idx: GraphIndex, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> QuantPlan:
+        """The plan for the graph of ``idx``; ``exclude`` keeps those node names in float;
+        ``only`` (when given) quantizes just those nodes."""
+        raise NotImplementedError
+
+    def options(self) -> Dict[str, Any]:
+        return {"per_channel": self.per_channel, "reduce_range": self.reduce_range,
+                "activation_dtype": self.activation_dtype, "activation_symmetric": self.activation_symmetric}
+
+    # -- helpers for subclasses ---------------------------------------------------------------------------
+    @staticmethod
+    def _selected(node: Any, exclude: FrozenSet[str], only: Optional[FrozenSet[str]]) -> bool:
+        return node.name not in exclude and (only is None or node.name in only)
+
+    def _weight(self, idx: GraphIndex, plan: QuantPlan, node: Any, i: int) -> Optional[WeightQ]:
+        """Plan the weight input ``i`` of ``node`` when it is a float initializer."""
+        if len(node.input) <= i or node.input[i] not in idx.inits:
+            return None
+        t = idx.inits[node.input[i]]
+        if t.data_type != 1:  # FLOAT only
+            return None
+        axis = None
+        if self.per_channel and node.op_type in self.channel_axis and len(t.dims) >= 2:
+            axis = self.channel_axis[node.op_type]
+        w = WeightQ(node.name, i, node.input[i], axis)
+        plan.weights.append(w)
+        return w
+
+    def _compute_weights(self, idx: GraphIndex, plan: QuantPlan, node: Any, act_quantized: bool) -> bool:
+        """Weights (and int32 bias when the scheme quantizes biases) of Conv/ConvTranspose/Gemm/MatMul.
+        True when the node has a quantized weight."""
+        op = node.op_type
+        if op in ("Conv", "ConvTranspose", "Gemm"):
+            w = self._weight(idx, plan, node, 1)
+            if w is None:
+                return False
+            if self.quantize_bias and act_quantized and len(node.input) > 2 and node.input[2] in idx.inits \
+                    and idx.inits[node.input[2]].data_type == 1:
+                plan.biases.append(BiasQ(node.name, 2, node.input[2], node.input[0], w.tensor))
+            return True
+        if op == "MatMul":
+            return self._weight(idx, plan, node, 1) is not None
+        return False
+
+
+def ensure_node_names(proto: Any) -> Any:
+    """Give every unnamed node of ``proto`` a unique name (in place); returns ``proto``."""
+    used = {n.name for n in proto.graph.node if n.name}
+    for i, n in enumerate(proto.graph.node):
+        if not n.name:
+            base = f"{n.op_type}_{i}"
+            name, k = base, 0
+            while name in used:
+                k += 1
+                name = f"{base}_{k}"
+            n.name = name
+            used.add(name)
+    return proto

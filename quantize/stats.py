@@ -1,0 +1,267 @@
+"""Streaming per-tensor statistics that merge exactly.
+
+:class:`TensorStats` keeps, for one activation tensor: exact min/max, a count of non-finite values,
+per-channel sums (axis 1, for bias correction) and a signed histogram whose bins are aligned on
+multiples of a power-of-two width ``w``: bin ``i`` counts values in ``[i*w, (i+1)*w)`` for
+``i`` in ``[-NBINS, NBINS)``. When a batch falls outside that range, ``w`` doubles and pairs of bins
+merge (``floor(floor(x/w)/2) == floor(x/2w)``), which is exact. So the histogram after any sequence
+of batches equals the one a single batch over all the data gives (the smallest power-of-two ``w`` that
+holds the data), and two histograms of the same tensor merge exactly whatever their widths.
+
+Division by a power of two is exact in floating point, so ``floor(x / w)`` is computed without
+rounding error.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+__all__ = ["TensorStats", "CalibrationStats", "NBINS"]
+
+NBINS = 2048
+"""Bins on each side of zero (the histogram holds ``2 * NBINS`` bins)."""
+
+
+def _pow2_width(absmax: float, nbins: int) -> float:
+    """Smallest power of two ``w`` with ``absmax / w <= nbins`` (then refined by :meth:`_fits`)."""
+    if not absmax > 0 or not math.isfinite(absmax):
+        return 0.0
+    return math.ldexp(1.0, math.ceil(math.log2(absmax / nbins)))
+
+
+@dataclass
+class TensorStats:
+    """Statistics of one tensor. ``width`` is 0 until a non-zero value has been seen."""
+
+    name: str
+    nbins: int = NBINS
+    count: int = 0
+    nonfinite: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    width: float = 0.0
+    hist: np.ndarray = field(default=None)  # type: ignore[assignment]
+    channel_sum: Optional[np.ndarray] = None
+    channel_count: int = 0
+    track_channels: bool = False
+
+    def __post_init__(self):
+        if self.hist is None:
+            self.hist = np.zeros(2 * self.nbins, dtype=np.int64)
+
+    # -- update -----------------------------------------------------------------------------------------
+    def update(self, x: np.ndarray, channel_axis: Optional[int] = 1) -> None:
+        """Add the values of ``x`` (any shape). Non-finite values are counted and left out.
+        With ``track_channels``, per-channel sums along ``channel_axis`` are kept too."""
+        x = np.asarray(x)
+        if x.dtype != np.float32 and x.dtype != np.float64:
+            x = x.astype(np.float32)
+        flat = x.ravel()
+        finite = np.isfinite(flat)
+        if not finite.all():
+            self.nonfinite += int(flat.size - np.count_nonzero(finite))
+            flat = flat[finite]
+            x = None  # channel sums need the full shape; skip them for this batch
+        if flat.size == 0:
+            return
+        lo, hi = float(flat.min()), float(flat.max())
+        self.count += int(flat.size)
+        self.min, self.max = min(self.min, lo), max(self.max, hi)
+        if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
+            s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
+            if self.channel_sum is None or len(self.channel_sum) == len(s):
+                self.channel_sum = s if self.channel_sum is None else self.channel_sum + s
+                self.channel_count += x.size // x.shape[channel_axis]
+        if self.width == 0.0:
+            self.width = _pow2_width(max(abs(lo), abs(hi)), self.nbins)
+            if self.width == 0.0:  # all zeros so far: zero is bin 0 whatever the width
+                self.hist[self.nbins] += int(flat.size)
+                return
+        while not self._fits(lo, hi, self.width):
+            self._coarsen()
+        idx = np.floor(flat / self.width).astype(np.int64) + self.nbins
+        self.hist += np.bincount(idx, minlength=2 * self.nbins)
+
+    def _fits(self, lo: float, hi: float, w: float) -> bool:
+        return math.floor(hi / w) < self.nbins and math.floor(lo / w) >= -self.nbins
+
+    def _coarsen(self) -> None:
+        """Double the bin width: bin i joins bin floor(i/2) (exact)."""
+        n = self.nbins  # even: pairs (2m, 2m+1) of stored bins hold signed bins 2k, 2k+1 -> k
+        new = np.zeros_like(self.hist)
+        new[n // 2: n // 2 + n] = self.hist.reshape(-1, 2).sum(axis=1)
+        self.hist = new
+        self.width *= 2.0
+
+    def coarsen_to(self, width: float) -> None:
+        while self.width < width:
+            self._coarsen()
+
+    # -- merge --------------------------------------------------------------------------------------------
+    def merge(self, other: "TensorStats") -> "TensorStats":
+        """Add ``other`` (same tensor) into self, exactly."""
+        if other.nbins != self.nbins:
+            raise ValueError("cannot merge histograms with different bin counts")
+        self.count += other.count
+        self.nonfinite += other.nonfinite
+        # a width of 0 means only zeros were seen (all in bin 0, which no coarsening moves)
+        o = TensorStats(other.name, other.nbins, width=other.width, hist=other.hist)
+        w = max(self.width, o.width)
+        if self.width:
+            self.coarsen_to(w)
+        else:
+            self.width = w
+        if o.width:
+            o.coarsen_to(w)  # replaces o.hist, never modifies other's array
+        self.hist = self.hist + o.hist
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+        if other.channel_sum is not None:
+            if self.channel_sum is None:
+                self.channel_sum = other.channel_sum.copy()
+                self.channel_count = other.channel_count
+            elif len(self.channel_sum) == len(other.channel_sum):
+                self.channel_sum = self.channel_sum + other.channel_sum
+                self.channel_count += other.channel_count
+        return self
+
+    # -- views ----------------------------------------------------------------------------------------------
+    @property
+    def seen(self) -> bool:
+        return self.count > 0
+
+    @property
+    def absmax(self) -> float:
+        return max(abs(self.min), abs(self.max)) if self.seen else 0.0
+
+    def edges(self) -> np.ndarray:
+        """Bin edges of :attr:`hist` (``2*nbins + 1`` values)."""
+        return np.arange(-self.nbins, self.nbins + 1, dtype=np.float64) * self.width
+
+    def abs_hist(self) -> Tuple[np.ndarray, float]:
+        """Histogram of ``|x|``: bin ``j`` counts values with ``j*w <= |x| <= (j+1)*w``; returns
+        ``(counts[nbins], w)``."""
+        h = self.hist
+        pos = h[self.nbins:]
+        neg = h[:self.nbins][::-1]
+        return pos + neg, (self.width or 1.0)
+
+    def channel_mean(self) -> Optional[np.ndarray]:
+        if self.channel_sum is None or self.channel_count == 0:
+            return None
+        return self.channel_sum / self.channel_count
+
+    # -- (de)serialisation ---------------------------------------------------------------------------------
+    def to_arrays(self, prefix: str) -> Dict[str, np.ndarray]:
+        out = {
+            prefix + "scalars": np.array([self.count, self.nonfinite, self.channel_count], np.int64),
+            prefix + "range": np.array([self.min, self.max, self.width], np.float64),
+            prefix + "hist": self.hist,
+        }
+        if self.channel_sum is not None:
+            out[prefix + "chsum"] = self.channel_sum
+        return out
+
+    @classmethod
+    def from_arrays(cls, name: str, arrays: Mapping[str, np.ndarray], prefix: str) -> "TensorStats":
+        count, nonfinite, ch_count = (int(v) for v in arrays[prefix + "scalars"])
+        lo, hi, width = (float(v) for v in arrays[prefix + "range"])
+        hist = np.asarray(arrays[prefix + "hist"], np.int64)
+        chsum = arrays.get(prefix + "chsum")
+        return cls(name, len(hist) // 2, count, nonfinite, lo, hi, width, hist.copy(),
+                   None if chsum is None else np.asarray(chsum, np.float64), ch_count)
+
+
+class CalibrationStats:
+    """Statistics of every calibrated tensor of one model: the calibration artifact.
+
+    Keyed by the model's sha256 and the tensor names. Saved as one ``.npz`` (with a JSON header), so
+    choosing another method or another target later costs no inference.
+    """
+
+    FORMAT = "edgesdk-calibration-v1"
+
+    def __init__(self, model_sha256: str, tensors: Dict[str, TensorStats], samples: int = 0,
+                 meta: Optional[Dict[str, object]] = None):
+        self.model_sha256 = model_sha256
+        self.tensors = tensors
+        self.samples = samples
+        self.meta = dict(meta or {})
+
+    @classmethod
+    def empty(cls, model_sha256: str, names: Iterable[str], nbins: int = NBINS,
+              channel_names: Iterable[str] = ()) -> "CalibrationStats":
+        """Empty statistics for ``names``; ``channel_names`` also keep per-channel sums (axis 1)."""
+        chans = set(channel_names)
+        return cls(model_sha256, {n: TensorStats(n, nbins, track_channels=n in chans) for n in names})
+
+    @property
+    def names(self) -> List[str]:
+        return list(self.tensors)
+
+    def update(self, outputs: Mapping[str, np.ndarray], samples: int) -> None:
+        for name, arr in outputs.items():
+            t = self.tensors.get(name)
+            if t is not None:
+                t.update(arr)
+        self.samples += samples
+
+    def merge(self, other: "CalibrationStats") -> "CalibrationStats":
+        if other.model_sha256 != self.model_sha256:
+            raise ValueError("cannot merge statistics of different models")
+        for name, t in other.tensors.items():
+            if name in self.tensors:
+                self.tensors[name].merge(t)
+            else:
+                self.tensors[name] = t
+        self.samples += other.samples
+        return self
+
+    def __getitem__(self, name: str) -> TensorStats:
+        return self.tensors[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    # -- files -------------------------------------------------------------------------------------------
+    def to_arrays(self) -> Dict[str, np.ndarray]:
+        import json
+
+        header = {"format": self.FORMAT, "model_sha256": self.model_sha256, "samples": self.samples,
+                  "names": list(self.tensors), "meta": self.meta}
+        out: Dict[str, np.ndarray] = {"header": np.frombuffer(json.dumps(header).encode(), np.uint8)}
+        for i, t in enumerate(self.tensors.values()):
+            out.update(t.to_arrays(f"t{i}_"))
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> "CalibrationStats":
+        import json
+
+        header = json.loads(bytes(np.asarray(arrays["header"], np.uint8)).decode())
+        if header.get("format") != cls.FORMAT:
+            raise ValueError(f"not an edgesdk calibration file (format {header.get('format')!r})")
+        tensors = {n: TensorStats.from_arrays(n, arrays, f"t{i}_") for i, n in enumerate(header["names"])}
+        return cls(header["model_sha256"], tensors, int(header["samples"]), header.get("meta"))
+
+    def save(self, path) -> None:
+        """Write atomically (``.npz``)."""
+        import os
+        from pathlib import Path
+
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}.npz")
+        try:
+            np.savez(tmp, **self.to_arrays())
+            os.replace(tmp, p)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+
+    @classmethod
+    def load(cls, path) -> "CalibrationStats":
+        with np.load(path, allow_pickle=False) as npz:
+            return cls.from_arrays({k: npz[k] for k in npz.files})

@@ -1,0 +1,285 @@
+"""The board agent's commands as plain functions: ``request dict -> result dict``.
+
+The CLI (:mod:`.main`) reads the request JSON and prints the result; the host side calls the same
+functions for the ``local`` board. Models are opened through the same target registry as on the
+host (:func:`sdk.targets.get_target`), and latency is measured with the same loop as ``sdk bench``
+(:func:`sdk.targets.measure.benchmark_session`). Runs on the board: Python 3.8, NumPy and the
+target's runtime only (the ``onnx`` package is not needed: models are not re-validated here).
+
+Requests (JSON objects; unknown keys are a :class:`~sdk.errors.ConfigError`):
+
+``facts``  ``{sysfs_root?, sensors?}``
+``bench``  ``{model_path, target?="onnxruntime", target_options?, precision?, input_shapes?
+           ({name: [dims]} or ["name=1x3x8x8"]), data_path? (.npy/.npz), runs?=100, warmup?=10,
+           min_seconds?=1.0, max_seconds?, seed?=0, workdir?, idle_seconds?=1.0,
+           power? ({sensors?, sysfs_root?, rate_hz?=20} or false)}``
+``infer``  ``{model_path, target?, target_options?, precision?, workdir?, inputs_npz, outputs_npz}``
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ... import __version__
+from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
+from ...probe import module_installed
+
+__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version"]
+
+_INSTALL_NUMPY = "pip3 install numpy (or: sudo apt install python3-numpy)"
+
+
+def _check_keys(request: Mapping[str, Any], command: str, allowed: Sequence[str], required: Sequence[str] = ()) -> None:
+    if not isinstance(request, Mapping):
+        raise ConfigError("the %s request must be a JSON object" % command)
+    unknown = sorted(set(request) - set(allowed))
+    if unknown:
+        raise ConfigError("unknown key(s) in the %s request: %s" % (command, ", ".join(unknown)),
+                          "allowed: %s" % ", ".join(allowed))
+    missing = [k for k in required if request.get(k) in (None, "")]
+    if missing:
+        raise ConfigError("the %s request needs %s" % (command, ", ".join(missing)))
+
+
+def _need_numpy(feature: str) -> None:
+    if not module_installed("numpy"):
+        raise MissingDependencyError(feature, "numpy", _INSTALL_NUMPY)
+
+
+# -- version / facts ------------------------------------------------------------------------------------
+def version(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """The agent's version and the Python running it (cheap: for a connection check)."""
+    import platform
+    import sys
+
+    _check_keys(request, "version", ())
+    return {"agent": __version__, "agent_file": __file__, "python": platform.python_version(),
+            "python_executable": sys.executable, "numpy": module_installed("numpy")}
+
+
+def facts(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Device facts (see :func:`.facts.device_facts`)."""
+    from .facts import device_facts
+
+    _check_keys(request, "facts", ("sysfs_root", "sensors"))
+    return device_facts(request.get("sysfs_root"), request.get("sensors"))
+
+
+# -- shared: open a model on a target ------------------------------------------------------------------
+def _model(request: Mapping[str, Any]):
+    from ...model import Model
+
+    path = Path(os.path.expanduser(str(request["model_path"])))
+    if not path.is_file():
+        raise ModelNotFoundError("model file '%s' does not exist on this machine" % path)
+    return Model(path)  # no onnx.checker here: the board may not have the onnx package
+
+
+def _target(request: Mapping[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """The target instance and the precision record: a requested precision is passed as the
+    target's ``precision`` option when it has one, else only recorded."""
+    from ...targets.registry import target_class
+
+    name = request.get("target") or "onnxruntime"
+    options = dict(request.get("target_options") or {})
+    if not isinstance(request.get("target_options") or {}, Mapping):
+        raise ConfigError("target_options must be a JSON object")
+    cls = target_class(name)
+    precision = request.get("precision")
+    record: Dict[str, Any] = {"requested": precision, "applied_as_option": False}
+    if precision:
+        if "precision" in getattr(cls, "default_options", {}):
+            options.setdefault("precision", precision)
+            record["applied_as_option"] = True
+        else:
+            record["note"] = "target '%s' has no precision option: the model ran as stored" % cls.name
+    return cls(**options), record
+
+
+def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
+    from ...tensors import parse_input_shapes
+
+    if not value:
+        return None
+    if isinstance(value, Mapping):
+        try:
+            return {str(k): tuple(int(d) for d in v) for k, v in value.items()}
+        except (TypeError, ValueError) as exc:
+            raise InputError("input_shapes must map input names to lists of ints: %s" % exc) from exc
+    if isinstance(value, str):
+        value = [value]
+    return parse_input_shapes(value)
+
+
+# -- bench -----------------------------------------------------------------------------------------------
+_BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "data_path", "runs",
+               "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power")
+
+
+def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Build/load the model with the target, sample power over an idle window and the measured
+    run, and return the result JSON (``latency_ms``, ``throughput_ips``, ``power``,
+    ``energy_mj_per_inference``, ``device``, ``model``, ``target``, ``runtime``, ...)."""
+    _check_keys(request, "bench", _BENCH_KEYS, ("model_path",))
+    _need_numpy("the board agent's bench")
+    from ...hostinfo import host_info
+    from ...targets.measure import BenchResult, benchmark_session
+    from .facts import device_facts, temperatures
+    from .power import PowerSampler, open_source
+    from .power.sampler import no_power, power_report
+
+    power_req = request.get("power", {})
+    if power_req is None:
+        power_req = {}
+    if power_req is not False and not isinstance(power_req, Mapping):
+        raise ConfigError("power must be an object {sensors, sysfs_root, rate_hz} or false")
+    if isinstance(power_req, Mapping):
+        _check_keys(power_req, "bench power", ("sensors", "sysfs_root", "rate_hz"))
+    root = (power_req or {}).get("sysfs_root") or "/"
+    sensors = (power_req or {}).get("sensors") or None
+    rate_hz = float((power_req or {}).get("rate_hz") or 20.0)
+    idle_s = float(request.get("idle_seconds", 1.0) or 0.0)
+    runs = int(request.get("runs", 100))
+    warmup = int(request.get("warmup", 10))
+    min_seconds = float(request.get("min_seconds", 1.0))
+    max_seconds = request.get("max_seconds")
+    seed = int(request.get("seed", 0))
+    shapes = _shapes(request.get("input_shapes"))
+    data = request.get("data_path")
+    if data is not None:
+        data = os.path.expanduser(str(data))
+    if rate_hz <= 0:
+        raise InputError("power rate_hz must be > 0")
+
+    model = _model(request)
+    tgt, precision = _target(request)
+    device = device_facts(root, sensors)
+    device["temperatures_before_c"] = device.pop("temperatures_c")
+    source, tried = (None, [])
+    if power_req is not False:
+        source, tried = open_source(sensors, root)
+    artifact = tgt.prepare(model, workdir=request.get("workdir"))
+    idle_window: Optional[Tuple[float, float]] = None
+    with tgt.open(artifact) as session:
+        sampler = PowerSampler(source, rate_hz) if source is not None else None
+        if sampler is not None:
+            sampler.start()
+        try:
+            if sampler is not None and idle_s > 0:
+                begin = time.monotonic()
+                time.sleep(idle_s)
+                idle_window = (begin, time.monotonic())
+            run = benchmark_session(session, input_shapes=shapes, data=data, warmup=warmup, runs=runs,
+                                    min_seconds=min_seconds,
+                                    max_seconds=float(max_seconds) if max_seconds else None, seed=seed)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        inputs = [s.to_dict() for s in session.inputs]
+        if data is None:
+            for d, spec in zip(inputs, session.inputs):
+                d["shape"] = list(spec.resolve((shapes or {}).get(spec.name)))
+    device["temperatures_after_c"] = temperatures(root)
+    if power_req is False:
+        power, energy = no_power("power sampling was not requested")
+    elif sampler is None:
+        power, energy = no_power("no power sensor found (tried: %s)" % "; ".join(
+            "%s: %s" % (t["sensor"], t["why_not"]) for t in tried), tried)
+    else:
+        power, energy = power_report(sampler, (run.begin_s, run.end_s), idle_window, run.stats.count, tried)
+    describe = tgt.describe()
+    describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
+    result = BenchResult(
+        stats=run.stats, target=describe,
+        model={"path": str(model.path), "sha256": model.sha256, "format": model.format},
+        host=host_info(), inputs=inputs,
+        settings={"warmup": warmup, "min_runs": runs, "min_seconds": min_seconds, "max_seconds": max_seconds,
+                  "data": "random" if data is None else str(data), "seed": seed, "idle_seconds": idle_s},
+        samples_ms=run.samples_ms,
+        window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
+    ).to_dict()
+    result.update(precision=precision, power=power, energy_mj_per_inference=energy, device=device,
+                  agent={"version": __version__})
+    if idle_window is not None:
+        result["window"]["idle_begin_s"], result["window"]["idle_end_s"] = idle_window
+    return result
+
+
+# -- infer -----------------------------------------------------------------------------------------------
+def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Run every sample of ``inputs_npz`` and write the outputs to ``outputs_npz`` (atomically).
+
+    Arrays keyed by input name (one array with any key for a single-input model). When every
+    array has one more dimension than its input, the first axis indexes samples and each output
+    gets that leading axis too; otherwise the file is one feed."""
+    _check_keys(request, "infer", ("model_path", "target", "target_options", "precision", "workdir",
+                                   "inputs_npz", "outputs_npz"), ("model_path", "inputs_npz", "outputs_npz"))
+    _need_numpy("the board agent's infer")
+    import numpy as np
+
+    from ...data import check_feed
+
+    model = _model(request)
+    tgt, precision = _target(request)
+    src = Path(os.path.expanduser(str(request["inputs_npz"])))
+    dst = Path(os.path.expanduser(str(request["outputs_npz"])))
+    if not src.is_file():
+        raise InputError("inputs file '%s' does not exist" % src)
+    try:
+        with np.load(str(src), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError("cannot read inputs file '%s': %s" % (src, exc)) from exc
+    artifact = tgt.prepare(model, workdir=request.get("workdir"))
+    with tgt.open(artifact) as session:
+        specs = session.inputs
+        if len(specs) == 1 and len(arrays) == 1 and specs[0].name not in arrays:
+            arrays = {specs[0].name: next(iter(arrays.values()))}
+        by_name = {s.name: s for s in specs}
+        batched = bool(arrays) and all(k in by_name and arrays[k].ndim == len(by_name[k].shape) + 1 for k in arrays)
+        if batched:
+            counts = {len(a) for a in arrays.values()}
+            if len(counts) != 1:
+                raise InputError("%s: arrays have different sample counts %s" % (src, sorted(counts)))
+            n = counts.pop()
+            collected: Dict[str, List[Any]] = {}
+            for i in range(n):
+                feed = {k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}
+                check_feed(feed, specs, source="%s[%d]" % (src.name, i))
+                for name, arr in session.run(feed).items():
+                    collected.setdefault(name, []).append(np.asarray(arr))
+            outputs = {k: np.stack(v) for k, v in collected.items()}
+        else:
+            n = 1
+            check_feed(arrays, specs, source=src.name)
+            outputs = {k: np.asarray(v) for k, v in session.run(arrays).items()}
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(".%s.tmp%d" % (dst.name, os.getpid()))
+    try:
+        with open(str(tmp), "wb") as f:
+            np.savez(f, **outputs)
+        os.replace(str(tmp), str(dst))
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return {"outputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()],
+            "samples": n, "batched": batched, "outputs_npz": str(dst), "target": tgt.name, "precision": precision,
+            "model": {"path": str(model.path), "sha256": model.sha256}}
+
+
+COMMANDS: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
+    "version": version,
+    "facts": facts,
+    "bench": bench,
+    "infer": infer,
+}
+
+
+def run_command(command: str, request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Run one agent command; :class:`InputError` lists the known ones for an unknown name."""
+    fn = COMMANDS.get(command)
+    if fn is None:
+        raise InputError("unknown agent command '%s'" % command, "commands: %s" % ", ".join(COMMANDS))
+    return fn(request)

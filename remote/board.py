@@ -1,0 +1,339 @@
+"""``Board``: the Python API of the remote runner.
+
+::
+
+    from sdk.remote import Board
+    with Board("jetson-nx") as board:
+        facts = board.check()                      # what the board has (via the agent)
+        pushed = board.push("model.onnx")          # content-addressed upload
+        result = board.benchmark(pushed, precision="fp16", runs=200, min_seconds=5)
+        print(result["latency_ms"]["p90"], result["power"]["mean_w"])
+
+    results = run_fleet(["jetson-nx", "orin-nano"], lambda b: b.benchmark("model.onnx"))
+
+The board needs no SDK: the board-side code is pushed once as a zipapp (``sdk.remote.agent``),
+content-addressed like models, and run with the profile's Python. The ``local`` board runs the
+same agent through a subprocess, no SSH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from .. import errors as _errors
+from ..errors import (BoardConnectionError, EdgeSDKError, MissingDependencyError, RemoteCommandError,
+                      RemoteError)
+from .profiles import BoardProfile, get_profile
+from .push import Pushed, push_file
+from .transport import LocalTransport, SSHTransport, Transport
+
+__all__ = ["Board", "FleetResult", "run_fleet", "agent_zipapp"]
+
+ModelLike = Union[str, os.PathLike, "Pushed", Any]
+BENCH_TIMEOUT_PAD_S = 600.0        # added to runs/min_seconds for build time (TensorRT engines take minutes)
+
+_agent_lock = threading.Lock()
+_agent_path: Dict[str, Path] = {}
+
+
+def agent_zipapp() -> Path:
+    """Build (once per process) the board agent zipapp in ``~/.cache/edgesdk/agent``."""
+    with _agent_lock:
+        if "pyz" not in _agent_path or not _agent_path["pyz"].is_file():
+            try:
+                from .agent import build_zipapp
+            except ImportError as exc:
+                raise MissingDependencyError("running models on boards", "sdk.remote.agent",
+                                             "reinstall edgesdk (the board agent is missing)") from exc
+            dest = Path(os.path.expanduser("~/.cache/edgesdk/agent"))
+            dest.mkdir(parents=True, exist_ok=True)
+            _agent_path["pyz"] = Path(build_zipapp(dest))
+        return _agent_path["pyz"]
+
+
+def _board_error(board: str, payload: Mapping[str, Any], fallback: str) -> EdgeSDKError:
+    """Turn the agent's ``{"error": {type, message, hint}}`` into our exception class of that name."""
+    err = payload.get("error") if isinstance(payload, Mapping) else None
+    if not isinstance(err, Mapping):
+        return RemoteCommandError(fallback, board=board)
+    message = str(err.get("message") or fallback)
+    hint = err.get("hint")
+    cls = getattr(_errors, str(err.get("type")), None)
+    if isinstance(cls, type) and issubclass(cls, EdgeSDKError) and cls is not MissingDependencyError:
+        if issubclass(cls, RemoteError):
+            return cls(message, hint, board=board)
+        try:
+            return cls(f"{board}: {message}", hint)
+        except TypeError:  # a class with another constructor
+            pass
+    return RemoteCommandError(f"{message} ({err.get('type')})" if err.get("type") else message, hint, board=board)
+
+
+class Board:
+    """A board from a profile (name, alias, ``.toml`` path or :class:`BoardProfile`).
+
+    Connects lazily; use as a context manager to close the connection. ``trust_new_host``:
+    accept and record an unknown host key (trust on first use). ``progress``: a callback
+    ``(bytes_done, bytes_total)`` for uploads. ``retries``: extra attempts for transient failures.
+    """
+
+    def __init__(self, board: Union[str, BoardProfile], *, trust_new_host: bool = False,
+                 progress: Optional[Callable[[int, int], None]] = None, connect_timeout_s: float = 10.0,
+                 retries: int = 2, backoff_s: float = 0.5):
+        self.profile = board if isinstance(board, BoardProfile) else get_profile(str(board))
+        self.name = self.profile.name
+        self.trust_new_host = trust_new_host
+        self.progress = progress
+        self.connect_timeout_s = connect_timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._transport: Optional[Transport] = None
+        self._home: Optional[str] = None
+        self._agent: Optional[Pushed] = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> "Board":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    def __repr__(self) -> str:
+        return f"Board({self.name!r}, host={self.profile.connection.host!r})"
+
+    @property
+    def transport(self) -> Transport:
+        """The open transport (connects on first use)."""
+        if self._transport is None:
+            conn = self.profile.connection
+            if conn.is_local:
+                self._transport = LocalTransport(self.name)
+                self._home = self._transport.home
+            else:
+                from .ssh import SSHConnection, resolve_target
+
+                target = resolve_target(conn.host, port=conn.port, user=conn.user, identity_file=conn.identity_file,
+                                        jump=conn.jump, known_hosts=conn.known_hosts)
+                self._transport = SSHTransport(SSHConnection(
+                    target, board=self.name, trust_new_host=self.trust_new_host,
+                    connect_timeout_s=self.connect_timeout_s, retries=self.retries, backoff_s=self.backoff_s))
+            self._transport.open()
+        return self._transport
+
+    @property
+    def round_trips(self) -> int:
+        return self._transport.round_trips if self._transport is not None else 0
+
+    def _set_home(self, home: str) -> None:
+        self._home = home
+
+    def _retrying(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn``; on a dropped connection reconnect and try again (bounded, with backoff)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except BoardConnectionError:
+                if attempt >= self.retries:
+                    raise
+                if self._transport is not None:
+                    self._transport.close()   # reconnects on next use
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- files -----------------------------------------------------------------------------------
+    @property
+    def workdir(self) -> str:
+        return self.profile.connection.workdir
+
+    def push(self, model: ModelLike, *, kind: str = "models") -> Pushed:
+        """Upload a model (path or :class:`sdk.Model`) to ``<workdir>/models/<sha256>.<ext>``,
+        skipped when already there and verified. Returns a :class:`Pushed` handle."""
+        if isinstance(model, Pushed):
+            return model
+        path = self._local_path(model)
+        return self._retrying(lambda: push_file(self.transport, path, self.workdir, kind=kind,
+                                                progress=self.progress, home_cb=self._set_home))
+
+    @staticmethod
+    def _local_path(model: Any) -> Path:
+        if isinstance(model, (str, os.PathLike)):
+            return Path(model)
+        path = getattr(model, "path", None)   # sdk.Model
+        if path is not None and getattr(model, "_proto", None) is None:
+            return Path(path)
+        if hasattr(model, "to_bytes"):
+            tmp = Path(tempfile.mkdtemp(prefix="edgesdk-push-")) / f"model.{getattr(model, 'format', 'onnx')}"
+            tmp.write_bytes(model.to_bytes())
+            return tmp
+        raise _errors.InputError(f"cannot push {type(model).__name__}: give a file path or an sdk.Model")
+
+    def _abs(self, path: str) -> str:
+        if path.startswith("/"):
+            return path
+        if self._home is None:
+            r = self.transport.run('printf "%s" "$HOME"', timeout_s=60, check=True)
+            self._home = r.text().strip()
+        rel = path[2:] if path.startswith("~/") else path
+        return f"{self._home.rstrip('/')}/{rel}"
+
+    # -- the agent -------------------------------------------------------------------------------
+    def _ensure_agent(self) -> Pushed:
+        if self._agent is None:
+            pyz = agent_zipapp()
+            self._agent = self.push(pyz, kind="agent")
+        return self._agent
+
+    def _python(self) -> List[str]:
+        return shlex.split(self.profile.connection.python) or ["python3"]
+
+    def agent(self, command: str, request: Mapping[str, Any], *, timeout_s: float = 600.0) -> Dict[str, Any]:
+        """Run ``<python> <agent.pyz> <command> --request -`` on the board with ``request`` as JSON
+        on stdin; returns the JSON document it printed. Errors become one line naming the board."""
+        agent = self._ensure_agent()
+        argv = self._python() + [self._abs(agent.remote_path), command, "--request", "-"]
+        body = json.dumps(dict(request)).encode()
+        result = self._retrying(lambda: self.transport.run(argv, timeout_s=timeout_s, input=body))
+        text = result.text().strip()
+        payload: Any = None
+        for candidate in (text, text.splitlines()[-1] if text else ""):
+            try:
+                payload = json.loads(candidate)
+                break
+            except ValueError:
+                continue
+        if result.returncode == 127 or (result.returncode != 0 and payload is None and
+                                        b"not found" in result.stderr and not text):
+            raise RemoteCommandError(f"'{' '.join(self._python())}' was not found on the board",
+                                     "set [connection] python in the board profile", board=self.name)
+        if result.returncode != 0:
+            raise _board_error(self.name, payload or {},
+                               f"the agent's '{command}' failed: {result.error_text()}")
+        if not isinstance(payload, dict):
+            raise RemoteCommandError(f"the agent's '{command}' printed no JSON ({result.error_text()})",
+                                     board=self.name)
+        return payload
+
+    def _power_request(self) -> Dict[str, Any]:
+        pw = self.profile.power
+        return {"sensors": list(pw.sensors) or None, "sysfs_root": pw.sysfs_root}
+
+    # -- public operations -------------------------------------------------------------------------
+    def info(self) -> Dict[str, Any]:
+        """The ``board`` block of result JSON: name, host, description, hardware."""
+        c = self.profile.connection
+        return {"name": self.name, "host": c.host, "description": self.profile.description,
+                "hardware": dict(vars(self.profile.hardware)), "profile": self.profile.source}
+
+    def check(self) -> Dict[str, Any]:
+        """Device facts from the agent: os, python, numpy, runtimes and versions, L4T/JetPack,
+        CUDA, TensorRT, power mode, clocks locked, temperatures, power sensors found."""
+        pw = self.profile.power
+        facts = self.agent("facts", {"sysfs_root": pw.sysfs_root, "sensors": list(pw.sensors) or None},
+                           timeout_s=120)
+        facts.setdefault("board", self.info())
+        return facts
+
+    def benchmark(self, model: ModelLike, *, target: Optional[str] = None, precision: Optional[str] = None,
+                  runs: int = 100, min_seconds: float = 1.0, warmup: int = 10, idle_seconds: float = 1.0,
+                  input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                  target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> Dict[str, Any]:
+        """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
+        ``target`` (default: the profile's first) and measure latency (MLPerf SingleStream: at
+        least ``runs`` AND ``min_seconds``) while sampling power. Returns the result JSON dict:
+        ``latency_ms``, ``throughput_ips``, ``power``, ``energy_mj_per_inference``, ``device``,
+        ``board``, ``model``, ``transfer``."""
+        pushed = self.push(model)
+        target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
+        precision = precision or self.profile.runtime.precision
+        request = {
+            "model_path": self._abs(pushed.remote_path), "target": target,
+            "target_options": dict(target_options or {}), "precision": precision,
+            "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
+            "runs": runs, "warmup": warmup, "min_seconds": min_seconds, "idle_seconds": idle_seconds,
+            "power": self._power_request(), "workdir": self._abs(self.workdir),
+        }
+        timeout = timeout_s or (BENCH_TIMEOUT_PAD_S + idle_seconds + max(min_seconds, 0) * 3 + runs * 0.5)
+        result = self.agent("bench", request, timeout_s=timeout)
+        result["board"] = self.info()
+        model_block = dict(result.get("model") or {})
+        model_block.update(path=pushed.local_path, sha256=pushed.sha256, remote_path=pushed.remote_path)
+        result["model"] = model_block
+        result["transfer"] = pushed.transfer
+        return result
+
+    def infer(self, model: ModelLike, feeds_npz: Union[str, os.PathLike], *, target: Optional[str] = None,
+              target_options: Optional[Mapping[str, Any]] = None, timeout_s: float = 900.0) -> Dict[str, Any]:
+        """Run ``model`` on the board over the inputs in ``feeds_npz`` (one array per input
+        name); returns the outputs as a dict of NumPy arrays (name -> array)."""
+        import numpy as np
+
+        pushed = self.push(model)
+        inputs = self.push(Path(feeds_npz), kind="data")
+        target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
+        out_remote = self._abs(f"{self.workdir.rstrip('/')}/data/out-{os.getpid()}-{threading.get_ident()}-"
+                               f"{time.monotonic_ns()}.npz")
+        self.agent("infer", {"model_path": self._abs(pushed.remote_path), "target": target,
+                             "target_options": dict(target_options or {}),
+                             "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote},
+                   timeout_s=timeout_s)
+        with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:
+            local = Path(tmp) / "outputs.npz"
+            try:
+                self.transport.get(out_remote, local)
+            finally:
+                self.transport.run(["rm", "-f", out_remote], timeout_s=60)
+            with np.load(local, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+
+
+@dataclass
+class FleetResult:
+    """One board's outcome in :func:`run_fleet`: ``value`` or ``error`` (never both)."""
+
+    board: str
+    value: Any = None
+    error: Optional[BaseException] = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run_fleet(boards: Sequence[Union[str, BoardProfile, Board]], fn: Callable[[Board], Any], *,
+              max_workers: int = 8, **board_kwargs: Any) -> List[FleetResult]:
+    """Run ``fn(board)`` on every board concurrently (at most ``max_workers`` at once). A board
+    that fails does not stop the others: its :class:`FleetResult` carries the error. Results come
+    back in the order of ``boards``."""
+
+    def one(spec: Union[str, BoardProfile, Board]) -> FleetResult:
+        start = time.monotonic()
+        label = spec.name if isinstance(spec, (Board, BoardProfile)) else str(spec)
+        try:
+            board = spec if isinstance(spec, Board) else Board(spec, **board_kwargs)
+            label = board.name
+            with board:
+                value = fn(board)
+            return FleetResult(label, value=value, seconds=time.monotonic() - start)
+        except Exception as exc:  # one board's failure is its result, not the fleet's
+            return FleetResult(label, error=exc, seconds=time.monotonic() - start)
+
+    if not boards:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(boards))), thread_name_prefix="edgesdk-board") as pool:
+        return list(pool.map(one, boards))

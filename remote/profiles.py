@@ -1,0 +1,219 @@
+"""Board profiles: TOML files that say how to reach a board and what it has.
+
+Packaged profiles live in ``boards/*.toml`` (package ``sdk.boards``). User profiles in
+``~/.config/edgesdk/boards/`` and in the folders of ``EDGESDK_BOARDS_PATH`` (``os.pathsep``-
+separated, earlier folders win) override packaged ones of the same name. A profile::
+
+    name = "jetson-xavier-nx"
+    description = "..."
+    aliases = ["jetson-nx"]
+    [connection]   host port user identity_file jump known_hosts python workdir
+    [runtime]      targets (preference order) precision
+    [power]        sensors (order to try) sysfs_root (tests / simulation)
+    [hardware]     gpu_arch memory_gb peak_tops
+
+Unknown keys are a :class:`~sdk.errors.ConfigError` that names the key and the allowed ones.
+Passwords are never accepted: keys or ssh-agent only.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from ..errors import ConfigError, UnknownBoardError
+
+__all__ = [
+    "Connection",
+    "BoardProfile",
+    "LOCAL_HOST",
+    "profile_dirs",
+    "load_profile",
+    "parse_profile",
+    "list_profiles",
+    "get_profile",
+]
+
+LOCAL_HOST = "local"   # ``host = "local"``: run on this machine through a subprocess, no SSH
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@dataclass
+class Connection:
+    """How to reach the board. ``host = "local"`` means this machine, no SSH. ``host`` may be an
+    alias of ``~/.ssh/config``. ``jump``: ``[user@]host[:port]`` or another alias (ProxyJump)."""
+
+    host: str = LOCAL_HOST
+    port: Optional[int] = None
+    user: Optional[str] = None
+    identity_file: Optional[str] = None
+    jump: Optional[str] = None
+    known_hosts: Optional[str] = None
+    python: str = "python3"
+    workdir: str = "~/edgesdk"
+
+    @property
+    def is_local(self) -> bool:
+        return self.host == LOCAL_HOST
+
+
+@dataclass
+class Runtime:
+    targets: List[str] = field(default_factory=lambda: ["onnxruntime"])
+    precision: str = "fp32"
+
+
+@dataclass
+class Power:
+    sensors: List[str] = field(default_factory=list)
+    sysfs_root: Optional[str] = None
+
+
+@dataclass
+class Hardware:
+    gpu_arch: Optional[str] = None
+    memory_gb: Optional[float] = None
+    peak_tops: Optional[float] = None
+
+
+@dataclass
+class BoardProfile:
+    """One board profile (see the module docstring). ``source`` is the file it came from."""
+
+    name: str
+    description: str = ""
+    aliases: List[str] = field(default_factory=list)
+    connection: Connection = field(default_factory=Connection)
+    runtime: Runtime = field(default_factory=Runtime)
+    power: Power = field(default_factory=Power)
+    hardware: Hardware = field(default_factory=Hardware)
+    source: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+# key -> (type(s), table class); the schema doubles as the list of allowed keys in errors
+_TOP = {"name": str, "description": str, "aliases": list}
+_TABLES: Dict[str, Tuple[type, Dict[str, Any]]] = {
+    "connection": (Connection, {"host": str, "port": int, "user": str, "identity_file": str, "jump": str,
+                                "known_hosts": str, "python": str, "workdir": str}),
+    "runtime": (Runtime, {"targets": list, "precision": str}),
+    "power": (Power, {"sensors": list, "sysfs_root": str}),
+    "hardware": (Hardware, {"gpu_arch": str, "memory_gb": (int, float), "peak_tops": (int, float)}),
+}
+_FORBIDDEN = {"password", "passphrase"}
+
+
+def _toml():
+    if sys.version_info >= (3, 11):
+        import tomllib
+        return tomllib
+    try:
+        import tomli
+    except ImportError as exc:  # pragma: no cover - a dependency on 3.9/3.10
+        from ..errors import MissingDependencyError
+
+        raise MissingDependencyError("reading board profiles", "tomli", "pip install tomli") from exc
+    return tomli
+
+
+def _check_keys(where: str, data: Mapping[str, Any], allowed: Mapping[str, Any], src: str) -> None:
+    for key, value in data.items():
+        if key in _FORBIDDEN:
+            raise ConfigError(f"{src}: '{where}{key}' is not allowed: passwords are never stored in profiles",
+                              "use a key (identity_file) or ssh-agent")
+        if key not in allowed:
+            raise ConfigError(f"{src}: unknown key '{where}{key}'",
+                              f"allowed {('in [' + where.rstrip('.') + ']') if where else 'at the top'}: "
+                              f"{', '.join(sorted(allowed))}")
+        want = allowed[key]
+        if isinstance(value, bool) or not isinstance(value, want):
+            wname = " or ".join(t.__name__ for t in want) if isinstance(want, tuple) else want.__name__
+            raise ConfigError(f"{src}: '{where}{key}' must be {wname}, not {type(value).__name__}")
+        if want is list and not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{src}: '{where}{key}' must be a list of strings")
+
+
+def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_name: Optional[str] = None) -> BoardProfile:
+    """Validate a parsed TOML document and build a :class:`BoardProfile`."""
+    top_allowed = dict(_TOP, **{t: dict for t in _TABLES})
+    _check_keys("", {k: v for k, v in data.items()}, top_allowed, source)
+    name = data.get("name", default_name)
+    if not name:
+        raise ConfigError(f"{source}: the profile has no 'name'")
+    kwargs: Dict[str, Any] = {"name": name, "description": data.get("description", ""),
+                              "aliases": list(data.get("aliases", [])), "source": source}
+    for table, (cls, schema) in _TABLES.items():
+        section = data.get(table, {})
+        _check_keys(f"{table}.", section, schema, source)
+        kwargs[table] = cls(**section)
+    prof = BoardProfile(**kwargs)
+    if prof.runtime.precision not in PRECISIONS:
+        raise ConfigError(f"{source}: runtime.precision '{prof.runtime.precision}' is not one of "
+                          f"{', '.join(PRECISIONS)}")
+    port = prof.connection.port
+    if port is not None and not 0 < port < 65536:
+        raise ConfigError(f"{source}: connection.port {port} is out of range 1..65535")
+    return prof
+
+
+def load_profile(path: os.PathLike) -> BoardProfile:
+    """Read one profile file (``name`` defaults to the file's stem)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = _toml().load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read board profile '{p}': {exc.strerror or exc}") from exc
+    except ValueError as exc:  # tomllib.TOMLDecodeError derives from ValueError
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    return parse_profile(data, source=str(p), default_name=p.stem)
+
+
+def _packaged_dir() -> Path:
+    from .. import boards  # sdk.boards: the packaged TOML files
+
+    return Path(boards.__file__).resolve().parent
+
+
+def profile_dirs() -> List[Path]:
+    """Folders searched, highest priority first: ``EDGESDK_BOARDS_PATH`` entries,
+    ``~/.config/edgesdk/boards``, the packaged ``boards/``."""
+    dirs = [Path(os.path.expanduser(d)) for d in os.environ.get("EDGESDK_BOARDS_PATH", "").split(os.pathsep) if d]
+    dirs.append(Path(os.path.expanduser("~/.config/edgesdk/boards")))
+    dirs.append(_packaged_dir())
+    return dirs
+
+
+def list_profiles() -> Dict[str, BoardProfile]:
+    """All profiles by name (user ones override packaged ones), sorted by name."""
+    return dict(sorted(_by_priority().items()))
+
+
+def _by_priority() -> Dict[str, BoardProfile]:
+    found: Dict[str, BoardProfile] = {}
+    for d in profile_dirs():
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("*.toml")):
+            prof = load_profile(f)
+            found.setdefault(prof.name, prof)
+    return found
+
+
+def get_profile(name: str) -> BoardProfile:
+    """The profile called ``name`` or having it as an alias; a path to a ``.toml`` file works too.
+    Unknown names raise :class:`~sdk.errors.UnknownBoardError` listing the known ones."""
+    if name.endswith(".toml") and Path(name).is_file():
+        return load_profile(name)
+    profiles = _by_priority()     # user folders first: their aliases win too
+    if name in profiles:
+        return profiles[name]
+    for prof in profiles.values():
+        if name in prof.aliases:
+            return prof
+    raise UnknownBoardError(f"unknown board '{name}'",
+                            f"known boards: {', '.join(sorted(profiles))}; add one in ~/.config/edgesdk/boards/{name}.toml")

@@ -1,0 +1,246 @@
+"""One interface for "here" and "on the board" (the Fabric idea): ``run``, ``put``, ``get``.
+
+:class:`LocalTransport` runs commands through ``sh -c`` in a subprocess (the ``local`` board, no
+SSH); :class:`SSHTransport` runs them over an :class:`~sdk.remote.ssh.SSHConnection` and moves
+files with pipelined SFTP. Both start commands in the login home folder, so a path relative to
+home means the same thing for ``run`` and ``put``. Arguments given as a list are shell-quoted
+(``shlex.quote``); a string is passed to the shell as written (quote its parts yourself).
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from ..errors import BoardConnectionError, RemoteCommandError, TransferError
+from .ssh import DEFAULT_COMMAND_TIMEOUT_S, CommandResult, SSHConnection
+
+__all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult"]
+
+Command = Union[str, Sequence[str]]
+Progress = Callable[[int, int], None]     # (bytes done, bytes total)
+
+CHUNK_BYTES = 128 * 1024         # one SFTP write request (OpenSSH's sftp-server takes up to 256 KiB)
+MAX_IN_FLIGHT = 32               # outstanding SFTP write requests (pipelining depth: 4 MiB in flight)
+
+
+def quote_command(cmd: Command) -> str:
+    """A list becomes a shell-quoted command line; a string is returned as is."""
+    if isinstance(cmd, str):
+        return cmd
+    return " ".join(shlex.quote(str(a)) for a in cmd)
+
+
+class Transport:
+    """Run commands and move files on a board. Use as a context manager.
+
+    ``round_trips`` counts commands and file transfers (each waits for the board at least once).
+    """
+
+    board: str = "board"
+
+    def __init__(self) -> None:
+        self.round_trips = 0
+
+    def __enter__(self) -> "Transport":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def run(self, cmd: Command, *, timeout_s: Optional[float] = DEFAULT_COMMAND_TIMEOUT_S,
+            input: Optional[bytes] = None, check: bool = False) -> CommandResult:
+        """Run ``cmd``; with ``check=True`` a non-zero exit raises :class:`RemoteCommandError`."""
+        self.round_trips += 1
+        result = self._run(quote_command(cmd), timeout_s, input)
+        if check and not result.ok:
+            raise RemoteCommandError(f"command failed ({result.error_text()}): {result.command[:120]}",
+                                     board=self.board)
+        return result
+
+    def put(self, local: Union[str, os.PathLike], remote: str, *, offset: int = 0,
+            progress: Optional[Progress] = None) -> int:
+        """Copy ``local`` to ``remote`` starting at byte ``offset`` (resume: the remote file
+        already holds the first ``offset`` bytes). Returns the bytes sent."""
+        self.round_trips += 1
+        return self._put(Path(local), remote, offset, progress)
+
+    def get(self, remote: str, local: Union[str, os.PathLike]) -> int:
+        """Copy ``remote`` to ``local``; returns the bytes received."""
+        self.round_trips += 1
+        return self._get(remote, Path(local))
+
+    def sha256(self, remote: str) -> Optional[str]:
+        """Hex sha256 of a file on the board, or None when it does not exist."""
+        q = shlex.quote(remote)
+        r = self.run(f"[ -f {q} ] && sha256sum < {q}", timeout_s=DEFAULT_COMMAND_TIMEOUT_S)
+        return r.text().split()[0] if r.ok and r.stdout.strip() else None
+
+    def exists(self, remote: str) -> bool:
+        return self.run(["test", "-e", remote]).ok
+
+    # -- implementations ------------------------------------------------------------------
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
+        raise NotImplementedError
+
+    def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
+        raise NotImplementedError
+
+    def _get(self, remote: str, local: Path) -> int:
+        raise NotImplementedError
+
+
+class LocalTransport(Transport):
+    """This machine: ``sh -c`` in a subprocess, started in the home folder; files are copied."""
+
+    def __init__(self, board: str = "local") -> None:
+        super().__init__()
+        self.board = board
+        self.home = os.path.expanduser("~")
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.home, os.path.expanduser(path))
+
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
+        start = time.monotonic()
+        proc = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            out, err = proc.communicate(input=input or b"", timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            os.killpg(proc.pid, 9)
+            proc.communicate()
+            raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
+                                     "raise the timeout, or check what hangs", board=self.board) from exc
+        return CommandResult(command, proc.returncode, out, err, time.monotonic() - start)
+
+    def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
+        dest = self._abs(remote)
+        total = local.stat().st_size
+        sent = 0
+        try:
+            with open(local, "rb") as src, open(dest, "r+b" if offset else "wb") as dst:
+                src.seek(offset)
+                dst.seek(offset)
+                dst.truncate()
+                while True:
+                    chunk = src.read(1 << 20)
+                    if not chunk:
+                        break
+                    dst.write(chunk)
+                    sent += len(chunk)
+                    if progress:
+                        progress(offset + sent, total)
+        except OSError as exc:
+            raise TransferError(f"copying {local.name} to {dest} failed: {exc.strerror or exc}",
+                                board=self.board) from exc
+        return sent
+
+    def _get(self, remote: str, local: Path) -> int:
+        import shutil
+
+        try:
+            shutil.copyfile(self._abs(remote), local)
+        except OSError as exc:
+            raise TransferError(f"cannot copy {remote} from the board: {exc.strerror or exc}",
+                                board=self.board) from exc
+        return local.stat().st_size
+
+
+class SSHTransport(Transport):
+    """A board over SSH. The connection opens lazily (first command) or on ``open()``/``with``."""
+
+    def __init__(self, connection: SSHConnection) -> None:
+        super().__init__()
+        self.connection = connection
+        self.board = connection.board
+        self._sftp: Any = None
+
+    def open(self) -> None:
+        self.connection.connect()
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            try:
+                self._sftp.close()
+            except Exception:  # pragma: no cover - a dead channel
+                pass
+            self._sftp = None
+        self.connection.close()
+
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
+        return self.connection.run(command, timeout_s=timeout_s, input=input)
+
+    def sftp(self):
+        if self._sftp is None or self._sftp.sock.closed or not self.connection.connected:
+            self._sftp = self.connection.sftp()
+        return self._sftp
+
+    def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
+        """Pipelined SFTP upload: up to ``MAX_IN_FLIGHT`` write requests outstanding, each
+        acknowledged in order (paramiko's own pipelining drains to zero every 100 requests)."""
+        import paramiko
+        from paramiko.sftp import CMD_STATUS, CMD_WRITE, int64
+
+        total = local.stat().st_size
+        sent = 0
+        try:
+            sftp = self.sftp()
+            with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wb") as dst:
+                if offset:
+                    dst.truncate(offset)
+                src.seek(offset)
+                pos = offset
+                pending: deque = deque()
+                last_report = 0
+                while True:
+                    chunk = src.read(CHUNK_BYTES)
+                    if not chunk:
+                        break
+                    pending.append(sftp._async_request(type(None), CMD_WRITE, dst.handle, int64(pos), chunk))
+                    pos += len(chunk)
+                    if len(pending) >= MAX_IN_FLIGHT:
+                        t, _ = sftp._read_response(pending.popleft())
+                        if t != CMD_STATUS:
+                            raise TransferError("unexpected SFTP reply to a write", board=self.board)
+                        sent += CHUNK_BYTES  # approximate until the end
+                        if progress and sent - last_report >= (1 << 20):
+                            last_report = sent
+                            progress(offset + sent, total)
+                while pending:
+                    sftp._read_response(pending.popleft())
+                sent = pos - offset
+            if progress:
+                progress(total, total)
+        except (paramiko.SSHException, EOFError, ConnectionError, OSError) as exc:
+            msg = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            if isinstance(exc, IOError) and not isinstance(exc, ConnectionError) and self.connection.connected:
+                # the server refused a write (SFTP status): a full disk, permissions, a bad path
+                raise TransferError(f"upload of {local.name} to {remote} failed: {msg}",
+                                    "is the board's disk full? (df -h on the board)", board=self.board) from exc
+            self._sftp = None
+            raise BoardConnectionError(f"connection lost while uploading {local.name} "
+                                       f"({(offset + sent) / 1e6:.1f} of {total / 1e6:.1f} MB sent): {msg}",
+                                       board=self.board) from exc
+        return sent
+
+    def _get(self, remote: str, local: Path) -> int:
+        import paramiko
+
+        try:
+            self.sftp().get(remote, str(local), max_concurrent_prefetch_requests=64)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            self._sftp = None
+            raise TransferError(f"cannot fetch {remote} from the board: {exc}", board=self.board) from exc
+        return local.stat().st_size

@@ -1,0 +1,232 @@
+"""``sdk boards [show|check]`` and ``sdk push``: the remote runner's face (over ``sdk.remote``)."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Optional
+
+import typer
+
+LARGE_UPLOAD_BYTES = 8 * 1024 * 1024   # show a progress bar for uploads at least this big
+
+
+def register(app: typer.Typer) -> None:
+    boards = typer.Typer(help="Board profiles: list, show, check a board over SSH.", no_args_is_help=False,
+                         invoke_without_command=True)
+    boards.callback(invoke_without_command=True)(boards_list_cmd)
+    boards.command("show")(boards_show_cmd)
+    boards.command("check")(boards_check_cmd)
+    app.add_typer(boards, name="boards")
+    app.command("push")(push_cmd)
+
+
+def boards_list_cmd(
+    ctx: typer.Context,
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List board profiles (packaged, ~/.config/edgesdk/boards, EDGESDK_BOARDS_PATH)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..remote.profiles import list_profiles
+    from ._common import console, write_json
+
+    profiles = list_profiles()
+    if json_out:
+        write_json(None, [p.to_dict() for p in profiles.values()])
+        return
+    from rich.table import Table
+
+    t = Table(title="boards")
+    t.add_column("board", no_wrap=True, min_width=max([len(n) for n in profiles] + [5]))
+    for col in ("aliases", "host", "targets", "description"):
+        t.add_column(col, overflow="fold")
+    for p in profiles.values():
+        c = p.connection
+        host = c.host if c.is_local else f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
+        t.add_row(p.name, ", ".join(p.aliases) or "-", host, ", ".join(p.runtime.targets), p.description)
+    console().print(t)
+
+
+def boards_show_cmd(
+    name: str = typer.Argument(..., help="Board name or alias."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show one board profile (after user overrides) and the file it came from."""
+    from ..remote.profiles import get_profile
+    from ._common import console, write_json
+
+    prof = get_profile(name)
+    data = prof.to_dict()
+    if json_out:
+        write_json(None, data)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"{prof.name}  ({prof.source})", show_header=False)
+    t.add_column("key")
+    t.add_column("value")
+    t.add_row("description", prof.description)
+    t.add_row("aliases", ", ".join(prof.aliases) or "-")
+    for table in ("connection", "runtime", "power", "hardware"):
+        for key, value in data[table].items():
+            if value not in (None, [], ""):
+                t.add_row(f"{table}.{key}", ", ".join(value) if isinstance(value, list) else str(value))
+    console().print(t)
+
+
+def _flatten(prefix: str, value: Any, rows: List[tuple]) -> None:
+    if isinstance(value, dict):
+        if not value:
+            rows.append((prefix, "-"))
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, rows)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):
+            _flatten(f"{prefix}[{i}]", v, rows)
+    else:
+        rows.append((prefix, "-" if value is None else (", ".join(map(str, value)) if isinstance(value, list) else str(value))))
+
+
+def boards_check_cmd(
+    name: str = typer.Argument(..., help="Board name or alias."),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record an unknown host key."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the facts as JSON here ('-' for stdout)."),
+) -> None:
+    """Connect to a board and report what it has: OS, Python, numpy, runtimes, JetPack, CUDA,
+    TensorRT, power mode, clocks, temperatures, power sensors."""
+    from ..remote.board import Board
+    from ._common import console, write_json
+
+    with Board(name, trust_new_host=trust_new_host) as board:
+        facts = board.check()
+    if json_path == "-":
+        write_json("-", facts)
+        return
+    from rich.table import Table
+
+    rows: List[tuple] = []
+    _flatten("", {k: v for k, v in facts.items() if k != "board"}, rows)
+    t = Table(title=f"{board.name} ({board.profile.connection.host})", show_header=False)
+    t.add_column("fact")
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(k, v)
+    console().print(t)
+    if json_path:
+        write_json(json_path, facts)
+
+
+class _Uploads:
+    """One rich progress bar per board for large uploads (on stderr)."""
+
+    def __init__(self) -> None:
+        self.progress: Any = None
+        self.tasks: Dict[str, Any] = {}
+
+    def callback(self, board: str):
+        def report(done: int, total: int) -> None:
+            if total < LARGE_UPLOAD_BYTES:
+                return
+            if self.progress is None:
+                from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                           TransferSpeedColumn)
+                from ._common import err_console
+
+                self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                         TransferSpeedColumn(), TimeRemainingColumn(), console=err_console(),
+                                         transient=True)
+                self.progress.start()
+            if board not in self.tasks:
+                self.tasks[board] = self.progress.add_task(f"push {board}", total=total)
+            self.progress.update(self.tasks[board], completed=done)
+        return report
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _power_line(r: Dict[str, Any]) -> str:
+    p = r.get("power") or {}
+    if p.get("mean_w") is None:
+        return f"power: n/a ({p.get('reason') or p.get('error') or 'no sensor'})"
+    e = r.get("energy_mj_per_inference") or {}
+    parts = [f"power: {p['mean_w']:.2f} W mean"]
+    if p.get("idle_w") is not None:
+        parts.append(f"{p['idle_w']:.2f} W idle")
+    if isinstance(e, dict) and e.get("total") is not None:
+        parts.append(f"{e['total']:.3f} mJ/inference")
+        if e.get("above_idle") is not None:
+            parts.append(f"{e['above_idle']:.3f} mJ above idle")
+    parts.append(f"source {p.get('source')}, {p.get('samples')} samples at {p.get('rate_hz') or 0:.0f} Hz")
+    return ", ".join(parts)
+
+
+def push_cmd(
+    model: str = typer.Argument(..., help="Model file (.onnx, .tflite, ...)."),
+    board: List[str] = typer.Option(..., "--board", "-b", help="Board name or alias (repeatable: boards run concurrently)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Target on the board (default: the profile's first)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32, fp16 or int8 (default: the profile's)."),
+    runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
+    min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs."),
+    idle_seconds: float = typer.Option(1.0, "--idle-seconds", min=0.0, help="Idle power window before the run (s)."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x224x224 for dynamic inputs (repeatable)."),
+    option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the results (a list, one per board) here ('-' for stdout)."),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record unknown host keys."),
+    jobs: int = typer.Option(8, "--jobs", min=1, help="Boards handled at once."),
+) -> None:
+    """Push a model to boards over SSH, benchmark it there with power, print one table per board.
+    Exit code 0 only if every board succeeded, 1 otherwise."""
+    from pathlib import Path
+
+    from ..errors import InputError, ModelNotFoundError
+    from ..remote.board import run_fleet
+    from ..remote.profiles import PRECISIONS, get_profile
+    from ..tensors import parse_input_shapes
+    from . import EXIT_FAILED
+    from ._common import console, error_line, latency_table, parse_options, write_json
+
+    if precision is not None and precision not in PRECISIONS:
+        raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
+    if not Path(model).is_file():
+        raise ModelNotFoundError(f"model file '{model}' does not exist")
+    shapes = parse_input_shapes(input_shape or [])
+    opts = parse_options(option)
+    profiles = [get_profile(b) for b in dict.fromkeys(board)]   # unknown names fail before any connection
+    uploads = _Uploads()
+
+    def job(b):
+        b.progress = uploads.callback(b.name)
+        return b.benchmark(model, target=target, precision=precision, runs=runs, min_seconds=min_seconds,
+                           warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts)
+
+    try:
+        results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host)
+    finally:
+        uploads.stop()
+    out: List[Dict[str, Any]] = []
+    c = console()
+    for fr in results:
+        if fr.ok:
+            r = fr.value
+            out.append(r)
+            if json_path == "-":
+                continue
+            tr = r.get("transfer") or {}
+            sent = "skipped (already on the board)" if tr.get("skipped") else \
+                f"{tr.get('bytes_sent', 0) / 1e6:.1f} MB in {tr.get('seconds', 0):.1f} s"
+            c.print(latency_table(f"{Path(model).name} on {fr.board} ({r.get('target') or target or ''})",
+                                  [dict(r, label=fr.board)], label_key="label"))
+            c.print(_power_line(r))
+            c.print(f"upload: {sent}")
+        else:
+            out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})
+            error_line(fr.error if str(fr.error).startswith(fr.board) else Exception(f"{fr.board}: {fr.error}"))
+    if json_path:
+        write_json(json_path, out)
+    failed = [fr.board for fr in results if not fr.ok]
+    if failed:
+        if json_path != "-":
+            c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
+        sys.exit(EXIT_FAILED)

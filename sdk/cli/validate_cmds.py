@@ -1,0 +1,172 @@
+"""``sdk validate`` (GO / NO-GO on one or more boards, with reports) and ``sdk robustness``."""
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_cmd)
+    app.command("robustness")(robustness_cmd)
+
+
+def _progress(msg: str) -> None:
+    sys.stderr.write(f"{msg}\n")
+    sys.stderr.flush()
+
+
+def validate_cmd(
+    model: str = typer.Argument(..., help="Model file (.onnx)."),
+    board: List[str] = typer.Option(..., "--board", "-b",
+                                    help="Board name (repeatable for a fleet); 'local' is this machine, "
+                                         "'host:<target>' a target on this machine."),
+    data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
+    labels: Optional[str] = typer.Option(None, "--labels",
+                                         help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
+    spec: Optional[str] = typer.Option(None, "--spec", help="Validation spec (TOML): budgets and conditions."),
+    reference: str = typer.Option("onnxruntime", "--reference", help="Host target of the FP32 reference."),
+    preprocess: Optional[List[str]] = typer.Option(
+        None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
+    junit: Optional[str] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+) -> None:
+    """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
+    any fails (NO-GO), 2 when the run could not be done."""
+    from ..sources import parse_preprocess
+    from ..validation import validate
+    from ._common import console
+
+    result = validate(model, board, data, labels=labels, spec=spec, reference=reference,
+                      preprocess=parse_preprocess(preprocess), limit=limit,
+                      progress=None if quiet else _progress)
+    if report:
+        result.write_html(report)
+    if junit:
+        result.write_junit(junit)
+    if json_path:
+        result.write_json(json_path)
+    if json_path != "-":
+        _print_summary(result)
+        c = console()
+        for path, what in ((report, "HTML report"), (junit, "JUnit XML"), (json_path, "JSON")):
+            if path:
+                c.print(f"wrote {what}: {path}")
+    raise typer.Exit(result.exit_code)
+
+
+def _num(v, fmt="{:.3g}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _print_summary(result) -> None:
+    from rich.table import Table
+
+    from ._common import console, fmt_ms
+
+    c = console()
+    t = Table(title=f"validate {result.model.get('name')}")
+    for col in ("board", "verdict", "p50 ms", "p99 ms", "inf/s", "W", "top-1", "cosine", "pass/fail/skip"):
+        t.add_column(col, justify="left" if col in ("board", "verdict") else "right", no_wrap=True)
+    for r in result.summary_rows():
+        verdict = "[green]PASS[/green]" if r["verdict"] == "pass" else "[red]FAIL[/red]"
+        t.add_row(r["board"], verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
+                  _num(r["mean_w"], "{:.2f}"), _num(r["top1"], "{:.4f}"), _num(r["cosine"], "{:.5f}"),
+                  f"{r['passed']}/{r['failed']}/{r['skipped']}")
+    if c.is_terminal:
+        c.print(t)
+    else:  # piped or in CI: do not squeeze the table into 80 columns
+        from rich.console import Console
+
+        Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
+    for b in result.boards:
+        if b.error:
+            c.print(f"[red]FAIL[/red] {b.board}: the board failed during {b.failed_stage}: {b.error}",
+                    markup=True, highlight=False, soft_wrap=True)
+            lost = [chk.name for chk in b.checks if chk.verdict == "fail" and chk.reason.startswith("board failed")]
+            lost = [n for n in lost if n != "board.run"]
+            if lost:
+                c.print(f"[red]FAIL[/red] {b.board}: so these checks fail too: {', '.join(lost)}",
+                        markup=True, highlight=False, soft_wrap=True)
+        for chk in b.checks:
+            if chk.verdict == "fail" and not (b.error and chk.reason.startswith("board failed")):
+                unit = f" {chk.unit}" if chk.unit else ""
+                measured = "" if chk.measured is None else \
+                    f" measured {_num(chk.measured, '{:.4g}') if isinstance(chk.measured, float) else chk.measured}{unit}"
+                limit = "" if chk.limit is None else f" (limit {chk.op} {chk.limit}{(' ' + chk.unit) if chk.unit else ''})".replace("  ", " ")
+                c.print(f"[red]FAIL[/red] {b.board}: {chk.name}{measured}{limit}" + (f": {chk.reason}" if chk.reason else ""),
+                        markup=True, highlight=False, soft_wrap=True)
+    verdict = "[green]GO[/green]: every check passed" if result.verdict == "pass" else \
+        f"[red]NO-GO[/red]: {len(result.failed_checks())} check(s) failed"
+    c.print(verdict, soft_wrap=True)
+
+
+def robustness_cmd(
+    model: str = typer.Argument(..., help="Model file (.onnx)."),
+    data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Host target (default onnxruntime)."),
+    board: Optional[str] = typer.Option(None, "--board", "-b", help="Run on this board instead of the host."),
+    corruptions: Optional[str] = typer.Option(
+        None, "--corruptions", help="Comma-separated: blur,noise,brightness,contrast,jpeg,rotate,occlusion (default all)."),
+    severities: Optional[str] = typer.Option(None, "--severities", help="Severities 1-5, e.g. 1-5 or 1,3,5 (default 1-5)."),
+    labels: Optional[str] = typer.Option(None, "--labels", help="Class ids for the task metric (top-1)."),
+    spec: Optional[str] = typer.Option(None, "--spec", help="Spec whose [robustness] section sets the limits."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the corruptions (default 0)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
+    preprocess: Optional[List[str]] = typer.Option(
+        None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
+    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+) -> None:
+    """Corrupt the inputs (seeded) at each severity and measure output drift and top-1 against
+    the clean inputs; exit 1 when a spec limit is exceeded."""
+    from ..reports import write_json
+    from ..reports.html import robustness_html
+    from ..sources import parse_preprocess
+    from ..validation import run_robustness
+    from ..validation.run import _write_text
+    from ._common import console
+
+    out = run_robustness(model, data, target=target, board=board, labels=labels, corruptions=corruptions,
+                         severities=severities, seed=seed, limit=limit, spec=spec,
+                         preprocess=parse_preprocess(preprocess))
+    if report:
+        _write_text(report, robustness_html(out))
+    if json_path:
+        write_json(json_path, out)
+    if json_path != "-":
+        _print_robustness(out)
+        for path, what in ((report, "HTML report"), (json_path, "JSON")):
+            if path:
+                console().print(f"wrote {what}: {path}")
+    raise typer.Exit(0 if out["verdict"] == "pass" else 1)
+
+
+def _print_robustness(out) -> None:
+    from rich.table import Table
+
+    from ._common import console
+
+    rob = out["robustness"]
+    rows = rob["rows"]
+    has_top1 = any(r.get("top1") is not None for r in rows)
+    clean = rob["clean"]
+    t = Table(title=f"robustness of {out['model']['name']} on {out['runner']}"
+                    + (f" (clean top-1 {clean['top1']:.4f})" if clean.get("top1") is not None else ""))
+    for col in ["corruption", "severity", "cosine", "SNR dB", "agreement"] + (["top-1", "drop"] if has_top1 else []):
+        t.add_column(col, justify="left" if col == "corruption" else "right")
+    for r in rows:
+        cells = [r["corruption"], str(r["severity"]), f"{r['cosine']:.4f}", f"{r['snr_db']:.1f}",
+                 _num(r.get("agreement"), "{:.4f}")]
+        if has_top1:
+            cells += [_num(r.get("top1"), "{:.4f}"), _num(r.get("top1_drop"), "{:+.4f}")]
+        t.add_row(*cells)
+    c = console()
+    c.print(t)
+    for chk in out["checks"]:
+        color = "green" if chk["verdict"] == "pass" else ("red" if chk["verdict"] == "fail" else "yellow")
+        c.print(f"[{color}]{chk['verdict'].upper()}[/{color}] {chk['name']}: {chk.get('reason') or ''}")

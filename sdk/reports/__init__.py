@@ -1,0 +1,44 @@
+"""Reports of validation and robustness runs: self-contained HTML with inline SVG plots
+(:mod:`sdk.reports.html`, plots in :mod:`sdk.reports.svg`), JUnit XML (:mod:`sdk.reports.junit`)
+and JSON. They render plain result dicts (the ``to_dict()`` of a run), so they need nothing but
+the standard library and open offline."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Union
+
+__all__ = ["write_json", "to_jsonable"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dicts, lists, numbers and strings only: NumPy scalars/arrays become Python values, and
+    non-finite floats become the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def write_json(path: Union[str, os.PathLike], data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` (atomic; '-' for stdout)."""
+    import sys
+
+    text = json.dumps(to_jsonable(data), indent=2) + "\n"
+    if str(path) == "-":
+        sys.stdout.write(text)
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)

@@ -1,0 +1,357 @@
+"""``validate()``: run a model on one or more boards with real inputs, compare with the FP32
+reference on the host, and evaluate the spec's checks into a GO / NO-GO verdict.
+
+::
+
+    from sdk.validation import validate
+    result = validate("model.onnx", ["local", "jetson-nano"], data="eval.npz", spec="spec.toml")
+    print(result.verdict, result.exit_code)      # "pass" 0 / "fail" 1
+    result.write_html("report.html"); result.write_junit("report.xml"); result.write_json("report.json")
+
+A board that fails (unreachable, drops mid-run) does not stop the others: its checks fail with the
+cause. Errors that make the whole run impossible (missing data, labels that do not match, a model
+or reference that cannot run) raise an :class:`~sdk.errors.EdgeSDKError`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import EdgeSDKError, InputError, ValidationError
+from .checks import FAIL, PASS, SKIP, CheckResult, evaluate_checks
+from .inputs import Dataset, load_dataset
+from .runners import HostRunner, open_runner
+
+__all__ = ["validate", "ValidationResult", "BoardRun", "classifier_output", "robustness_on"]
+
+SCHEMA = "edgesdk.validation/1"
+Progress = Optional[Callable[[str], None]]
+
+
+@dataclass
+class BoardRun:
+    """What one board did: ``facts`` (device facts), ``bench`` (benchmark result dict),
+    ``compare`` (per output: cosine, snr_db, max_abs_error, top1_agreement vs the reference),
+    ``accuracy`` (top1_board, top1_reference, top1_drop with labels), ``robustness`` (sweep dict),
+    ``failed_stage``/``error`` when it failed, and the evaluated ``checks``."""
+
+    board: str
+    facts: Optional[Dict[str, Any]] = None
+    bench: Optional[Dict[str, Any]] = None
+    compare: Optional[Dict[str, Dict[str, float]]] = None
+    accuracy: Optional[Dict[str, Any]] = None
+    robustness: Optional[Dict[str, Any]] = None
+    failed_stage: Optional[str] = None
+    error: Optional[str] = None
+    checks: List[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return FAIL if any(c.verdict == FAIL for c in self.checks) else PASS
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"board": self.board, "verdict": self.verdict, "failed_stage": self.failed_stage, "error": self.error,
+                "seconds": round(self.seconds, 3), "facts": self.facts, "benchmark": self.bench,
+                "compare": self.compare, "accuracy": self.accuracy, "robustness": self.robustness,
+                "checks": [c.to_dict() for c in self.checks]}
+
+
+@dataclass
+class ValidationResult:
+    """The whole run: ``boards`` (one :class:`BoardRun` each), the ``model``, ``data`` and
+    ``reference`` facts, and the ``spec``. ``verdict`` is pass when no check of any board failed;
+    ``exit_code`` 0 (pass) or 1 (fail)."""
+
+    boards: List[BoardRun]
+    model: Dict[str, Any]
+    data: Dict[str, Any]
+    reference: Dict[str, Any]
+    spec: Dict[str, Any]
+    started: str = ""
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return FAIL if any(b.verdict == FAIL for b in self.boards) else PASS
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == PASS else 1
+
+    def failed_checks(self) -> List[str]:
+        """``board: check`` for every failed check."""
+        return [f"{b.board}: {c.name}" for b in self.boards for c in b.checks if c.verdict == FAIL]
+
+    def summary_rows(self) -> List[Dict[str, Any]]:
+        rows = []
+        for b in self.boards:
+            lat = (b.bench or {}).get("latency_ms") or {}
+            power = (b.bench or {}).get("power") or {}
+            counts = {v: sum(1 for c in b.checks if c.verdict == v) for v in (PASS, FAIL, SKIP)}
+            rows.append({"board": b.board, "verdict": b.verdict, "p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"),
+                         "throughput_ips": (b.bench or {}).get("throughput_ips"), "mean_w": power.get("mean_w"),
+                         "top1": (b.accuracy or {}).get("top1_board"),
+                         "cosine": min((m["cosine"] for m in (b.compare or {}).values()), default=None),
+                         "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP],
+                         "error": b.error})
+        return rows
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"schema": SCHEMA, "verdict": self.verdict, "exit_code": self.exit_code, "started": self.started,
+                "seconds": round(self.seconds, 3), "model": self.model, "data": self.data,
+                "reference": self.reference, "spec": self.spec, "summary": self.summary_rows(),
+                "boards": [b.to_dict() for b in self.boards]}
+
+    def write_json(self, path: Union[str, os.PathLike]) -> None:
+        from ..reports import write_json
+
+        write_json(path, self.to_dict())
+
+    def write_html(self, path: Union[str, os.PathLike]) -> None:
+        from ..reports.html import validation_html
+
+        _write_text(path, validation_html(self.to_dict()))
+
+    def write_junit(self, path: Union[str, os.PathLike]) -> None:
+        from ..reports.junit import validation_junit
+
+        _write_text(path, validation_junit(self.to_dict()))
+
+
+def _write_text(path: Union[str, os.PathLike], text: str) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+
+
+def classifier_output(outputs: Dict[str, np.ndarray]) -> Optional[str]:
+    """The first output that looks like class scores ([N, classes>1]), or None."""
+    for name, arr in outputs.items():
+        if np.ndim(arr) == 2 and np.shape(arr)[1] > 1:
+            return name
+    return None
+
+
+def _top1(outputs: Dict[str, np.ndarray], labels: np.ndarray) -> Optional[float]:
+    name = classifier_output(outputs)
+    if name is None:
+        return None
+    return float(np.mean(np.argmax(outputs[name], axis=1) == labels))
+
+
+def _check_labels(ds: Dataset, ref_out: Dict[str, np.ndarray]) -> None:
+    if ds.labels is None:
+        return
+    name = classifier_output(ref_out)
+    if name is None:
+        raise InputError("labels were given, but the model has no class-score output ([N, classes])",
+                         "drop --labels, or use a classifier")
+    classes = ref_out[name].shape[1]
+    bad = ds.labels[(ds.labels < 0) | (ds.labels >= classes)]
+    if bad.size:
+        raise InputError(f"labels do not match the model: label {int(bad[0])} is outside 0..{classes - 1} "
+                         f"(output '{name}' has {classes} classes)", f"check the labels file {ds.labels_source}")
+
+
+def board_arrays(specs: Sequence[Any], arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Inputs in the board protocol's layout: as they are (one batched feed) when every input has
+    a dynamic batch dim, else with an extra leading sample axis (one feed per sample)."""
+    dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in specs)
+    return dict(arrays) if dynamic else {k: v[:, None] for k, v in arrays.items()}
+
+
+def merge_sample_axis(outputs: Dict[str, Any], n: int, like: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    """Outputs of a per-sample board run ([n, 1, ...]) back to [n, ...]; batched ones unchanged."""
+    out = {}
+    for k, v in outputs.items():
+        a = np.asarray(v)
+        ref_ndim = like[k].ndim if like is not None and k in like else None
+        if a.ndim >= 2 and a.shape[0] == n and (ref_ndim is None or a.ndim == ref_ndim + 1) and a.shape[1] == 1:
+            a = a.reshape((n,) + a.shape[2:])
+        out[k] = a
+    return out
+
+
+def _sample_shapes(ds: Dataset) -> Dict[str, List[int]]:
+    return {k: [1] + list(v.shape[1:]) for k, v in ds.arrays.items()}
+
+
+def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None, severities: Any = "1-5",
+                  seed: int = 0, limit: Optional[int] = None, workdir: Optional[Path] = None,
+                  target: Optional[str] = None):
+    """Run :func:`sdk.robustness.sweep` with ``runner.infer`` on the samples of ``ds`` (image
+    folders: the decoded images are corrupted before preprocessing; arrays: a single image-shaped
+    input is corrupted within its value range). Returns a :class:`~sdk.robustness.RobustnessResult`."""
+    from ..robustness import from_hwc, sweep, to_hwc
+
+    n = len(ds) if limit is None else min(limit, len(ds))
+    labels = None if ds.labels is None else ds.labels[:n]
+    if len(ds.arrays) != 1:
+        raise InputError("the robustness sweep needs a model with one image input")
+    name = next(iter(ds.arrays))
+    tmp = tempfile.TemporaryDirectory(prefix="edgesdk-robust-") if workdir is None else None
+    where = Path(tmp.name) if tmp else Path(workdir)
+    calls = [0]
+
+    specs = model.inputs if hasattr(model, "inputs") else None
+
+    def infer(batch: np.ndarray) -> Dict[str, np.ndarray]:
+        calls[0] += 1
+        p = where / f"robust_{calls[0]}.npz"
+        arrays = {name: batch} if specs is None else board_arrays(specs, {name: batch})
+        np.savez(p, **arrays)
+        try:
+            return merge_sample_axis(runner.infer(model, str(p), target=target), len(batch))
+        finally:
+            p.unlink()
+
+    try:
+        if ds.images is not None:
+            return sweep(infer, ds.images[:n], prepare=ds.prepare, labels=labels, corruptions=corruptions,
+                         severities=severities, seed=seed)
+        x = ds.arrays[name][:n]
+        if not np.issubdtype(x.dtype, np.floating) and x.dtype != np.uint8:
+            raise InputError(f"the robustness sweep cannot corrupt {x.dtype} inputs", "use images or float/uint8 arrays")
+        hwc, layout = to_hwc(x)
+        value_range = None
+        if x.dtype != np.uint8:
+            lo, hi = float(np.min(x)), float(np.max(x))
+            value_range = (min(0.0, lo), hi if hi > lo else lo + 1.0)
+        result = sweep(infer, list(hwc), prepare=lambda imgs: from_hwc(np.stack(imgs), layout).astype(x.dtype),
+                       labels=labels, corruptions=corruptions, severities=severities, seed=seed,
+                       value_range=value_range)
+        result.settings["layout"] = layout
+        return result
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, ref_out: Dict[str, np.ndarray],
+               ref_top1: Optional[float], spec: Any, workdir: Path, progress: Progress,
+               label: Optional[str] = None) -> BoardRun:
+    from ..metrics import compare_outputs
+
+    if label is None:
+        label = name_or_runner if isinstance(name_or_runner, str) else getattr(name_or_runner, "name", "board")
+    run = BoardRun(board=str(label))
+    t0 = time.monotonic()
+    stage = "connect"
+    say = progress or (lambda _msg: None)
+    try:
+        runner = open_runner(name_or_runner)
+        with runner as board:
+            stage = "facts"
+            say(f"{label}: checking the device")
+            run.facts = board.check()
+            stage = "infer"
+            say(f"{label}: running {len(ds)} samples")
+            run_opts = dict(spec.run) if spec is not None else {}
+            out = merge_sample_axis(board.infer(model, str(inputs_npz), target=run_opts.get("target")), len(ds), ref_out)
+            missing = [k for k in ref_out if k not in out]
+            if missing:
+                raise ValidationError(f"the board returned no output '{missing[0]}'")
+            bad = [k for k in ref_out if out[k].shape != ref_out[k].shape]
+            if bad:
+                raise ValidationError(f"output '{bad[0]}' has shape {out[bad[0]].shape} on the board, "
+                                      f"{ref_out[bad[0]].shape} on the reference")
+            run.compare = compare_outputs(ref_out, {k: out[k] for k in ref_out})
+            if ds.labels is not None and ref_top1 is not None:
+                top1 = _top1(out, ds.labels)
+                run.accuracy = {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
+                                "samples": len(ds)}
+            else:
+                run.accuracy = {"reason": "no labels given (--labels)"}
+            stage = "benchmark"
+            say(f"{label}: benchmarking")
+            run.bench = board.benchmark(model, target=run_opts.get("target"), precision=run_opts.get("precision"),
+                                        runs=int(run_opts.get("runs", 100)),
+                                        min_seconds=float(run_opts.get("min_seconds", 1.0)),
+                                        input_shapes=_sample_shapes(ds))
+            if spec is not None and spec.robustness is not None:
+                stage = "robustness"
+                rob = spec.robustness
+                say(f"{label}: robustness sweep")
+                res = robustness_on(board, model, ds, corruptions=rob.get("corruptions"),
+                                    severities=rob.get("severities", [1, 2, 3, 4, 5]), seed=int(rob.get("seed", 0)),
+                                    limit=rob.get("max_samples"), workdir=workdir, target=run_opts.get("target"))
+                run.robustness = res.to_dict()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a board that fails must not stop the fleet: record the cause
+        run.failed_stage = stage
+        run.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not isinstance(exc, EdgeSDKError):
+            run.error = f"{type(exc).__name__}: {run.error}"
+        say(f"{label}: FAILED during {stage}: {run.error}")
+    run.seconds = time.monotonic() - t0
+    run.checks = evaluate_checks(run, spec)
+    return run
+
+
+def validate(
+    model: Any,
+    boards: Sequence[Any],
+    data: Union[str, os.PathLike],
+    *,
+    labels: Optional[Union[str, os.PathLike]] = None,
+    spec: Any = None,
+    reference: str = "onnxruntime",
+    preprocess: Any = None,
+    limit: Optional[int] = None,
+    progress: Progress = None,
+) -> ValidationResult:
+    """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
+    ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
+    :class:`~sdk.spec.ValidationSpec`, a path to its TOML, or None (only the run itself is checked).
+    ``reference``: the host target of the FP32 reference. ``limit``: use at most this many samples."""
+    from ..model import Model
+    from ..spec import ValidationSpec, load_spec
+
+    t0 = time.monotonic()
+    started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if not boards:
+        raise InputError("no board given", "pass --board NAME (repeatable)")
+    if spec is not None and not isinstance(spec, ValidationSpec):
+        spec = load_spec(spec)
+    m = model if isinstance(model, Model) else Model.load(model)
+    # resolve every board first: an unknown name is bad input (nothing has run yet), while a
+    # board that cannot be reached or drops later fails its own checks and the others go on
+    runners = [open_runner(b) for b in boards]
+    if preprocess is None and spec is not None:
+        preprocess = spec.preprocess
+    ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+    say = progress or (lambda _msg: None)
+    say(f"reference: {reference} on the host, {len(ds)} samples")
+    try:
+        with HostRunner(reference, name=f"reference:{reference}") as ref:
+            ref_out = ref.run_arrays(m, ds.arrays)
+            ref_version = ref.check().get("runtimes", {}).get(reference)
+    except EdgeSDKError as exc:
+        raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
+    _check_labels(ds, ref_out)
+    ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
+    reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1,
+                       "outputs": {k: list(v.shape) for k, v in ref_out.items()}}
+    runs: List[BoardRun] = []
+    with tempfile.TemporaryDirectory(prefix="edgesdk-validate-") as tmp:
+        inputs_npz = ds.save_npz(Path(tmp) / "inputs.npz", board_arrays(m.inputs, ds.arrays))
+        for b, runner in zip(boards, runners):
+            runs.append(_run_board(runner, m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
+                                   label=b if isinstance(b, str) else None))
+    model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
+                   "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
+                   "outputs": [s.to_dict() for s in m.outputs]}
+    return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
+                            spec=spec.to_dict() if spec is not None else {}, started=started,
+                            seconds=time.monotonic() - t0)

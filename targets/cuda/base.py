@@ -1,0 +1,230 @@
+"""The CUDA layer's contract: what every backend (pycuda, cuda-python) provides.
+
+Small on purpose: device memory, pinned host memory, streams, events, run-time compilation of a
+``.cu`` source and kernel launch. Pointers are plain ints; kernel arguments are NumPy scalars
+(``np.int32``, ``np.float32``, ...) or :class:`DeviceBuffer` (passed as its pointer).
+Runs on the board too: Python 3.8, NumPy and the backend's package only.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ...errors import InputError, TargetError
+
+__all__ = ["CudaBackend", "DeviceBuffer", "Stream", "Event", "Kernel", "CudaError", "kernel_args"]
+
+
+class CudaError(TargetError):
+    """A CUDA driver, NVRTC or compiler call failed (message names the CUDA error)."""
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory at ``ptr`` (an int). Freed by :meth:`free` or its backend's close."""
+
+    def __init__(self, backend: "CudaBackend", ptr: int, nbytes: int, handle: Any = None):
+        self.backend = backend
+        self.ptr = int(ptr)
+        self.nbytes = int(nbytes)
+        self._handle = handle
+
+    def free(self) -> None:
+        if self._handle is not None:
+            self.backend._free(self)
+            self._handle = None
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    def __repr__(self) -> str:
+        return f"<DeviceBuffer 0x{self.ptr:x} {self.nbytes} B>"
+
+
+class Stream:
+    """A CUDA stream; ``handle`` is the ``cudaStream_t`` as an int (what TensorRT takes)."""
+
+    def __init__(self, backend: "CudaBackend", obj: Any, handle: int):
+        self.backend = backend
+        self.obj = obj
+        self.handle = int(handle)
+
+    def synchronize(self) -> None:
+        self.backend._stream_sync(self)
+
+
+class Event:
+    """A CUDA event: ``record(stream)``, ``synchronize()``, ``elapsed_ms(later_event)``."""
+
+    def __init__(self, backend: "CudaBackend", obj: Any):
+        self.backend = backend
+        self.obj = obj
+
+    def record(self, stream: Optional[Stream] = None) -> "Event":
+        self.backend._event_record(self, stream)
+        return self
+
+    def synchronize(self) -> None:
+        self.backend._event_sync(self)
+
+    def elapsed_ms(self, end: "Event") -> float:
+        """Milliseconds from this event to ``end`` (both recorded and complete)."""
+        return float(self.backend._event_elapsed(self, end))
+
+
+class Kernel:
+    """A compiled ``extern "C"`` kernel: ``kernel(grid, block, args, stream=, shared_bytes=)``."""
+
+    def __init__(self, backend: "CudaBackend", name: str, obj: Any, module: Any = None):
+        self.backend = backend
+        self.name = name
+        self.obj = obj
+        self._module = module  # keep the module alive
+
+    def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
+                 stream: Optional[Stream] = None, shared_bytes: int = 0) -> None:
+        self.backend.launch(self, grid, block, args, stream=stream, shared_bytes=shared_bytes)
+
+
+Arg = Union[np.generic, DeviceBuffer]
+
+
+def kernel_args(args: Sequence[Arg]) -> List[np.generic]:
+    """Kernel arguments as NumPy scalars: buffers become ``np.uint64`` pointers. A bare Python
+    int or float is refused (its C type would be a guess)."""
+    out: List[np.generic] = []
+    for i, a in enumerate(args):
+        if isinstance(a, DeviceBuffer):
+            out.append(np.uint64(a.ptr))
+        elif isinstance(a, np.generic):
+            out.append(a)
+        else:
+            raise InputError(f"kernel argument {i} is a {type(a).__name__}: pass a NumPy scalar "
+                             "(np.int32, np.float32, np.uint64 for pointers) or a DeviceBuffer")
+    return out
+
+
+def _dims(v: Sequence[int]) -> Tuple[int, int, int]:
+    v = tuple(int(x) for x in v) + (1, 1, 1)
+    return v[0], v[1], v[2]
+
+
+class CudaBackend:
+    """Base of a CUDA backend bound to one device's primary context (shared with TensorRT).
+
+    A context manager: the context is retained and made current on creation, released by
+    :meth:`close`. Subclasses implement the ``_``-prefixed primitives.
+    """
+
+    name: ClassVar[str] = ""
+    #: Module whose presence (find_spec, no import) says the backend is installed.
+    module: ClassVar[str] = ""
+    install: ClassVar[str] = ""
+
+    def __init__(self, device: int = 0):
+        self.device = int(device)
+        self._closed = False
+        self._buffers: List[DeviceBuffer] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> "CudaBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for b in self._buffers:
+            try:
+                b.free()
+            except Exception:  # freeing during teardown must not mask the real error
+                pass
+        self._buffers = []
+        self._close_impl()
+
+    # -- public API ----------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        """Device memory of ``nbytes`` (at least 1 byte is allocated)."""
+        buf = self._alloc(max(1, int(nbytes)))
+        self._buffers.append(buf)
+        return buf
+
+    def to_device(self, arr: np.ndarray, stream: Optional[Stream] = None) -> DeviceBuffer:
+        """A new device buffer holding ``arr``'s bytes (synchronous unless ``stream``)."""
+        arr = np.ascontiguousarray(arr)
+        buf = self.alloc(arr.nbytes)
+        self.htod(buf, arr, stream)
+        if stream is None:
+            self.synchronize()
+        return buf
+
+    def pinned(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
+        """A page-locked host array (fast, asynchronous copies)."""
+        return self._pinned(tuple(int(s) for s in shape), np.dtype(dtype))
+
+    def htod(self, dst: Union[DeviceBuffer, int], src: np.ndarray, stream: Optional[Stream] = None) -> None:
+        """Copy ``src`` (C-contiguous) to device pointer ``dst``; asynchronous on ``stream``."""
+        if not src.flags.c_contiguous:
+            raise InputError("htod needs a C-contiguous array")
+        self._htod(int(dst), src, stream)
+
+    def dtoh(self, dst: np.ndarray, src: Union[DeviceBuffer, int], stream: Optional[Stream] = None) -> None:
+        """Copy device pointer ``src`` into ``dst`` (C-contiguous, ``dst.nbytes`` bytes)."""
+        if not dst.flags.c_contiguous:
+            raise InputError("dtoh needs a C-contiguous array")
+        self._dtoh(dst, int(src), stream)
+
+    def memset_d32(self, dst: Union[DeviceBuffer, int], value: int, count: int, stream: Optional[Stream] = None) -> None:
+        """Set ``count`` 32-bit words at ``dst`` to ``value``."""
+        self._memset_d32(int(dst), int(value), int(count), stream)
+
+    def stream(self) -> Stream:
+        return self._stream()
+
+    def event(self) -> Event:
+        return self._event()
+
+    def synchronize(self) -> None:
+        """Wait for all work on the device."""
+        self._ctx_sync()
+
+    def compile(self, source: str, name: str = "kernel.cu", options: Sequence[str] = ()) -> Any:
+        """Compile CUDA C ``source`` for this device; returns a module for :meth:`function`.
+        Compile errors raise :class:`CudaError` with the compiler log."""
+        return self._compile(source, name, list(options))
+
+    def function(self, module: Any, name: str) -> Kernel:
+        return self._function(module, name)
+
+    def launch(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
+               stream: Optional[Stream] = None, shared_bytes: int = 0) -> None:
+        self._launch(kernel, _dims(grid), _dims(block), kernel_args(args), stream, int(shared_bytes))
+
+    def compute_capability(self) -> Tuple[int, int]:
+        from .probe import probe_gpu
+
+        devs = probe_gpu().devices
+        return devs[self.device].compute_capability if self.device < len(devs) else (0, 0)
+
+    # -- for subclasses ------------------------------------------------------------------------------
+    def _close_impl(self) -> None: ...
+    def _alloc(self, nbytes: int) -> DeviceBuffer: raise NotImplementedError
+    def _free(self, buf: DeviceBuffer) -> None: raise NotImplementedError
+    def _pinned(self, shape, dtype) -> np.ndarray: raise NotImplementedError
+    def _htod(self, dst: int, src: np.ndarray, stream: Optional[Stream]) -> None: raise NotImplementedError
+    def _dtoh(self, dst: np.ndarray, src: int, stream: Optional[Stream]) -> None: raise NotImplementedError
+    def _memset_d32(self, dst: int, value: int, count: int, stream: Optional[Stream]) -> None: raise NotImplementedError
+    def _stream(self) -> Stream: raise NotImplementedError
+    def _stream_sync(self, stream: Stream) -> None: raise NotImplementedError
+    def _event(self) -> Event: raise NotImplementedError
+    def _event_record(self, event: Event, stream: Optional[Stream]) -> None: raise NotImplementedError
+    def _event_sync(self, event: Event) -> None: raise NotImplementedError
+    def _event_elapsed(self, start: Event, end: Event) -> float: raise NotImplementedError
+    def _ctx_sync(self) -> None: raise NotImplementedError
+    def _compile(self, source: str, name: str, options: List[str]) -> Any: raise NotImplementedError
+    def _function(self, module: Any, name: str) -> Kernel: raise NotImplementedError
+    def _launch(self, kernel: Kernel, grid, block, args: List[np.generic], stream: Optional[Stream],
+                shared_bytes: int) -> None: raise NotImplementedError

@@ -1,0 +1,132 @@
+"""CUDA backend on pycuda (the usual choice on JetPack). Kernels compile with pycuda's
+``SourceModule`` (nvcc: found on PATH or in /usr/local/cuda/bin).
+
+Runs on the board too: Python 3.8.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any, List, Optional
+
+import numpy as np
+
+from ...errors import MissingDependencyError, TargetUnavailableError
+from .base import CudaBackend, CudaError, DeviceBuffer, Event, Kernel, Stream
+
+__all__ = ["PyCudaBackend"]
+
+
+def _import():
+    try:
+        import pycuda.driver as drv
+    except ImportError as exc:
+        raise MissingDependencyError("the pycuda CUDA backend", "pycuda", "pip install pycuda") from exc
+    return drv
+
+
+def _nvcc() -> str:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"):
+        if os.path.exists(p):
+            return p
+    raise CudaError("pycuda compiles kernels with nvcc, which is not on PATH",
+                    "add /usr/local/cuda/bin to PATH, or use the cuda-python backend (NVRTC)")
+
+
+class PyCudaBackend(CudaBackend):
+    name = "pycuda"
+    module = "pycuda"
+    install = "pip install pycuda"
+
+    def __init__(self, device: int = 0):
+        super().__init__(device)
+        drv = self._drv = _import()
+        try:
+            drv.init()
+            self._ctx = drv.Device(self.device).retain_primary_context()
+            self._ctx.push()
+        except drv.Error as exc:
+            raise TargetUnavailableError(f"pycuda cannot open GPU {self.device}: {exc}") from exc
+
+    def _close_impl(self) -> None:
+        try:
+            self._ctx.pop()
+        except Exception:
+            pass
+        self._ctx = None
+
+    def _call(self, what: str, fn, *args, **kw):
+        try:
+            return fn(*args, **kw)
+        except self._drv.Error as exc:
+            raise CudaError(f"CUDA {what} failed: {exc}") from exc
+
+    def _alloc(self, nbytes: int) -> DeviceBuffer:
+        a = self._call("allocation", self._drv.mem_alloc, nbytes)
+        return DeviceBuffer(self, int(a), nbytes, handle=a)
+
+    def _free(self, buf: DeviceBuffer) -> None:
+        buf._handle.free()
+
+    def _pinned(self, shape, dtype) -> np.ndarray:
+        return self._call("pinned allocation", self._drv.pagelocked_empty, shape, dtype)
+
+    def _htod(self, dst: int, src: np.ndarray, stream: Optional[Stream]) -> None:
+        if stream is None:
+            self._call("copy to device", self._drv.memcpy_htod, dst, src)
+        else:
+            self._call("copy to device", self._drv.memcpy_htod_async, dst, src, stream.obj)
+
+    def _dtoh(self, dst: np.ndarray, src: int, stream: Optional[Stream]) -> None:
+        if stream is None:
+            self._call("copy to host", self._drv.memcpy_dtoh, dst, src)
+        else:
+            self._call("copy to host", self._drv.memcpy_dtoh_async, dst, src, stream.obj)
+
+    def _memset_d32(self, dst: int, value: int, count: int, stream: Optional[Stream]) -> None:
+        if stream is None:
+            self._call("memset", self._drv.memset_d32, dst, value, count)
+        else:
+            self._call("memset", self._drv.memset_d32_async, dst, value, count, stream.obj)
+
+    def _stream(self) -> Stream:
+        s = self._call("stream creation", self._drv.Stream)
+        return Stream(self, s, s.handle)
+
+    def _stream_sync(self, stream: Stream) -> None:
+        self._call("stream synchronize", stream.obj.synchronize)
+
+    def _event(self) -> Event:
+        return Event(self, self._call("event creation", self._drv.Event))
+
+    def _event_record(self, event: Event, stream: Optional[Stream]) -> None:
+        self._call("event record", event.obj.record, stream.obj if stream is not None else None)
+
+    def _event_sync(self, event: Event) -> None:
+        self._call("event synchronize", event.obj.synchronize)
+
+    def _event_elapsed(self, start: Event, end: Event) -> float:
+        return self._call("event timing", end.obj.time_since, start.obj)
+
+    def _ctx_sync(self) -> None:
+        self._call("synchronize", self._drv.Context.synchronize)
+
+    def _compile(self, source: str, name: str, options: List[str]) -> Any:
+        from pycuda.compiler import CompileError, SourceModule
+
+        try:
+            return SourceModule(source, nvcc=_nvcc(), options=options, no_extern_c=True)
+        except CompileError as exc:
+            raise CudaError(f"nvcc could not compile {name}: {exc}") from exc
+        except self._drv.Error as exc:
+            raise CudaError(f"CUDA could not load {name}: {exc}") from exc
+
+    def _function(self, module: Any, name: str) -> Kernel:
+        return Kernel(self, name, self._call(f"lookup of kernel {name}", module.get_function, name), module)
+
+    def _launch(self, kernel: Kernel, grid, block, args, stream: Optional[Stream], shared_bytes: int) -> None:
+        self._call(f"launch of {kernel.name}", kernel.obj, *args, grid=grid[:2] if grid[2] == 1 else grid,
+                   block=block, shared=shared_bytes, stream=stream.obj if stream is not None else None)

@@ -1,0 +1,115 @@
+"""The ``tflite`` target: TFLite / LiteRT interpreters on this machine or a board."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from ...errors import InputError, MissingDependencyError, TargetUnavailableError
+from ...formats.tflite import INSTALL_HINT, default_signature, find_runtimes, load_runtime
+from ..base import Artifact, Availability, Target
+from .build import create_interpreter, load_delegates, parse_config
+
+
+class TFLiteTarget(Target):
+    """TFLite models run by the first working runtime among LiteRT (``ai_edge_litert``),
+    ``tflite_runtime`` and ``tensorflow.lite``.
+
+    Options: ``threads`` (interpreter and XNNPACK threads), ``xnnpack`` (default delegate on/off;
+    default on), ``delegate`` (path of an external delegate library, or a list), ``delegate_options``
+    (dict of strings, or a list of dicts, one per delegate), ``quantized_io`` ("float": quantised
+    inputs/outputs are float32, converted with scale/zero-point; "raw": the model's integers),
+    ``signature`` (which signature to run; default ``serving_default`` or the first), ``runtime``
+    (force one runtime by module name).
+    """
+
+    name = "tflite"
+    description = "TFLite / LiteRT interpreter (XNNPACK; external delegates such as Edge TPU, GPU)"
+    model_formats = ("tflite",)
+    install_hint = INSTALL_HINT
+    default_options: Dict[str, Any] = {
+        "threads": None,
+        "xnnpack": True,
+        "delegate": None,
+        "delegate_options": None,
+        "quantized_io": "float",
+        "signature": None,
+        "runtime": None,
+    }
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self.config = parse_config(self.options)
+        self._built: Optional[Tuple[Artifact, Any, Any]] = None
+
+    # -- availability -------------------------------------------------------------------------------
+    @classmethod
+    def _probe(cls, deep: bool) -> Availability:
+        installed = find_runtimes()
+        if not installed:
+            return Availability(False, reason="no TFLite runtime is installed (ai_edge_litert, tflite_runtime "
+                                              "or tensorflow)")
+        if not deep:
+            cand, version = installed[0]
+            return Availability(True, version=version, details={"runtime": cand.name})
+        try:
+            rt = load_runtime()
+        except (TargetUnavailableError, MissingDependencyError) as exc:
+            return Availability(False, version=installed[0][1], reason=f"{exc.message}; fix: {exc.hint}")
+        details: Dict[str, Any] = {"runtime": rt.name}
+        if rt.skipped:
+            details["skipped"] = list(rt.skipped)
+        return Availability(True, version=rt.version, details=details)
+
+    # -- build -------------------------------------------------------------------------------------
+    def _prepare_impl(self, model: Any, workdir: Optional[Path], **build: Any) -> Artifact:
+        if build:
+            raise InputError(f"target 'tflite' has no build option {', '.join(repr(k) for k in sorted(build))}",
+                             "tflite models are built by the converter; set runtime options with --option")
+        cfg = self.config
+        rt = load_runtime(cfg.runtime)
+        delegates = load_delegates(rt, cfg.delegates)
+        if model.path is not None:
+            interp = create_interpreter(rt, cfg, model_path=str(model.path), delegates=delegates)
+            data = None
+        else:
+            data = model.to_bytes()
+            interp = create_interpreter(rt, cfg, model_content=data, delegates=delegates)
+        signature = cfg.signature or default_signature(interp)
+        from .session import TFLiteSession
+
+        probe = TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates)
+        meta: Dict[str, Any] = {
+            "runtime": rt.name,
+            "runtime_version": rt.version,
+            "threads": cfg.threads,
+            "xnnpack": cfg.xnnpack,
+            "delegates": [d.to_dict() for d in cfg.delegates],
+            "quantized_io": cfg.quantized_io,
+            "signature": signature,
+        }
+        artifact = Artifact(self.name, model.sha256, path=model.path if data is None else None, data=data,
+                            metadata=meta, inputs=list(probe.inputs), outputs=list(probe.outputs))
+        self._built = (artifact, interp, delegates)  # the first open reuses this interpreter
+        return artifact
+
+    # -- open --------------------------------------------------------------------------------------
+    def _open_impl(self, artifact: Artifact):
+        from .session import TFLiteSession
+
+        cfg = self.config
+        built, self._built = self._built, None
+        rt = load_runtime(cfg.runtime)
+        if built is not None and built[0] is artifact:
+            _, interp, delegates = built
+        else:
+            delegates = load_delegates(rt, cfg.delegates)
+            if artifact.path is not None:
+                interp = create_interpreter(rt, cfg, model_path=str(artifact.path), delegates=delegates)
+            elif artifact.data is not None:
+                interp = create_interpreter(rt, cfg, model_content=artifact.data, delegates=delegates)
+            else:
+                raise InputError("the tflite artifact has neither a path nor data")
+        signature = artifact.metadata.get("signature") if "signature" in artifact.metadata else \
+            (cfg.signature or default_signature(interp))
+        return TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates,
+                             runtime=rt.describe())

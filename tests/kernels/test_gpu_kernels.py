@@ -1,0 +1,77 @@
+"""GPU kernels against their CPU references on random inputs of many sizes (marked ``gpu``;
+skipped with the probe's reason where no GPU is found). Each installed CUDA backend is tried."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from sdk.kernels.reference import PostprocessSpec, yolo_postprocess
+from sdk.preprocess import PreprocessSpec, preprocess_reference
+from sdk.targets.cuda import installed_backends, probe_gpu
+
+pytestmark = pytest.mark.gpu
+
+_PROBE = probe_gpu()
+
+
+@pytest.fixture(scope="module", params=installed_backends() or ["none"])
+def cuda(request):
+    if not _PROBE.available:
+        pytest.skip(f"no GPU: {_PROBE.reason}")
+    if request.param == "none":
+        pytest.skip("no CUDA backend installed (pip install cuda-python)")
+    from sdk.targets.cuda import get_backend
+
+    with get_backend(request.param) as backend:
+        yield backend
+
+
+PRE_CASES = list(itertools.product([(37, 53), (480, 640), (1080, 1920), (720, 1280), (3, 5)],
+                                   [(64, 64), (320, 320), (640, 640), (384, 640)],
+                                   ["resize", "letterbox"]))
+
+
+@pytest.mark.parametrize("src,size,resize", PRE_CASES)
+def test_preprocess_kernel_matches_reference(cuda, src, size, resize):
+    from sdk.kernels.preprocess import GpuPreprocessor
+
+    rng = np.random.default_rng(src[0] * 7 + size[1])
+    img = rng.integers(0, 256, size=src + (3,), dtype=np.uint8)
+    for layout, dtype in (("NCHW", "float32"), ("NHWC", "float16")):
+        spec = PreprocessSpec(size=size, resize=resize, layout=layout, dtype=dtype,
+                              mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375))
+        with GpuPreprocessor(spec, backend=cuda) as pre:
+            got = pre(img)
+        want = preprocess_reference(img, spec)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        tol = 4e-3 if dtype == "float16" else 1e-4
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("n,classes,obj,transposed", [(100, 3, True, False), (8400, 80, False, True),
+                                                      (25200, 80, True, False), (1000, 1, False, False),
+                                                      (5000, 20, True, True)])
+def test_postprocess_kernels_match_reference(cuda, n, classes, obj, transposed):
+    from sdk.kernels.postprocess import GpuYoloPostprocessor
+
+    rng = np.random.default_rng(n)
+    fields = 4 + int(obj) + classes
+    pred = np.empty((n, fields), np.float32)
+    centres = rng.uniform(0, 640, size=(max(1, n // 10), 2))
+    pred[:, :2] = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 8, size=(n, 2))
+    pred[:, 2:4] = rng.uniform(8, 160, size=(n, 2))
+    pred[:, 4:] = rng.uniform(0, 1, size=(n, fields - 4)) ** 3
+    pred[n // 2: n // 2 + 4, 4:] = 0.95  # exact score ties
+    arg = np.ascontiguousarray(pred.T) if transposed else pred
+    for thr in (0.05, 0.3):
+        spec = PostprocessSpec(score_threshold=thr, iou_threshold=0.45, max_detections=300,
+                               max_candidates=2048, has_objectness=obj, transposed=transposed)
+        with GpuYoloPostprocessor(spec, n, fields, backend=cuda) as post:
+            got = post(arg)
+        want = yolo_postprocess(arg, spec)
+        assert got.rows.tolist() == want.rows.tolist()
+        assert got.classes.tolist() == want.classes.tolist()
+        np.testing.assert_array_equal(got.scores, want.scores)
+        np.testing.assert_array_equal(got.boxes, want.boxes)

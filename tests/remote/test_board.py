@@ -1,0 +1,104 @@
+"""``sdk.remote.Board`` end to end: the real agent zipapp run by the board's Python, over a real
+sshd on loopback and through the local subprocess board. Power comes from the agent's SIMULATED
+sysfs tree (labelled so), since this machine has no power sensors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import free_port, needs_sshd, trust
+from sdk.errors import BoardConnectionError, EdgeSDKError, RemoteCommandError
+from sdk.remote import Board, run_fleet
+
+agent = pytest.importorskip("sdk.remote.agent", reason="the board agent (sdk.remote.agent) is not in this tree")
+if not hasattr(agent, "build_zipapp"):
+    pytest.skip("the board agent has no build_zipapp yet", allow_module_level=True)
+
+
+@pytest.fixture
+def local_board(client_home):
+    return Board("local")
+
+
+def test_local_board_checks_and_benchmarks(local_board, conv_model):
+    with local_board as board:
+        facts = board.check()
+        assert facts["python"] and facts["numpy"]
+        first = board.benchmark(conv_model, runs=5, min_seconds=0.05, warmup=1, idle_seconds=0,
+                                input_shapes={"x": (1, 3, 16, 16)})
+        again = board.benchmark(conv_model, runs=5, min_seconds=0.05, warmup=1, idle_seconds=0,
+                                input_shapes={"x": (1, 3, 16, 16)})
+    assert first["latency_ms"]["count"] >= 5 and first["throughput_ips"] > 0
+    assert first["board"]["name"] == "local" and first["model"]["path"] == str(conv_model)
+    assert first["transfer"]["skipped"] is False and again["transfer"]["skipped"] is True
+    assert "power" in first and "energy_mj_per_inference" in first and "device" in first
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_ssh_board_benchmark_with_simulated_power(client_home, sshd, board_profile, static_conv_model, tmp_path):
+    from sdk.remote.agent.power.simulate import SimulatedBoard
+
+    trust(client_home, sshd)
+    sysfs = tmp_path / "sysfs"
+    name = board_profile("nx-sim", extra=f'[power]\nsensors = ["ina3221-hwmon"]\nsysfs_root = "{sysfs}"\n'
+                                         '[hardware]\ngpu_arch = "volta-sm72"\n')
+    with SimulatedBoard(sysfs, layout="jetson-jp5"):
+        with Board(name) as board:
+            facts = board.check()
+            result = board.benchmark(static_conv_model, runs=10, min_seconds=0.3, warmup=2, idle_seconds=0.3)
+            trips = board.round_trips
+            board.benchmark(static_conv_model, runs=5, min_seconds=0.05, warmup=1, idle_seconds=0.1)
+            assert board.round_trips - trips == 2      # one to see the model is there, one to run it
+    assert facts.get("l4t") or facts.get("jetpack")            # read from the simulated /etc/nv_tegra_release
+    assert result["power"]["mean_w"] > 0 and "ina3221" in str(result["power"]["source"])
+    assert result["board"] == {"name": "nx-sim", "host": "127.0.0.1", "description": "sshd on loopback (nx-sim)",
+                               "hardware": {"gpu_arch": "volta-sm72", "memory_gb": None, "peak_tops": None},
+                               "profile": str(tmp_path / "boards" / "nx-sim.toml")}
+    assert result["transfer"]["bytes_sent"] == static_conv_model.stat().st_size
+    assert result["model"]["remote_path"].startswith(str(tmp_path / "board-nx-sim" / "models"))
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_infer_over_ssh_matches_local_run(client_home, sshd, board_profile, conv_model, tmp_path):
+    import onnxruntime as ort
+
+    trust(client_home, sshd)
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    with Board(board_profile()) as board:
+        outputs = board.infer(conv_model, tmp_path / "in.npz")
+    ref = ort.InferenceSession(str(conv_model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(outputs["logits"], ref, rtol=1e-5, atol=1e-5)
+    assert not list((tmp_path / "board-loop1" / "data").glob("out-*"))      # fetched, then removed
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_board_side_failures_are_one_line_naming_the_board(client_home, sshd, board_profile, static_conv_model):
+    trust(client_home, sshd)
+    nopy = board_profile("nopy")
+    prof = (client_home.parent / "boards" / "nopy.toml")
+    prof.write_text(prof.read_text().replace('python = "python3"', 'python = "python3-missing"'))
+    with pytest.raises(RemoteCommandError) as exc:
+        Board(nopy).check()
+    assert str(exc.value).startswith("nopy: 'python3-missing' was not found on the board")
+    with Board(board_profile("nort")) as board:
+        with pytest.raises(EdgeSDKError) as exc:
+            board.benchmark(static_conv_model, target="no-such-runtime", runs=1, min_seconds=0, idle_seconds=0)
+    assert str(exc.value).startswith("nort: ") and "\n" not in str(exc.value)
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_fleet_runs_on_despite_a_dead_board(client_home, sshd, board_profile):
+    trust(client_home, sshd)
+    good = board_profile("good")
+    dead = board_profile("dead", port=free_port())
+    results = run_fleet([dead, good, "local"], lambda b: b.transport.run(["echo", b.name]).text().strip(),
+                        retries=0)
+    assert [r.board for r in results] == ["dead", "good", "local"]
+    assert [r.ok for r in results] == [False, True, True]
+    assert results[1].value == "good"
+    assert isinstance(results[0].error, BoardConnectionError) and "dead: connection refused" in str(results[0].error)
