@@ -3,8 +3,10 @@
 The agent zipapp runs the example model (examples/digits) through ``bench`` in a subprocess, as on
 a board, alternately without power sampling and with the sampler thread reading a SIMULATED
 Jetson INA3221 tree (sdk.remote.agent.power.simulate, JetPack 5 hwmon layout) at ``--rate-hz``.
-Each side's figure is the median over rounds of the run's p50 (and mean) latency; printed ratio:
-sampling / no sampling (goal <= 1.05: the sampler must not disturb what it measures).
+Each side's figure is the median over rounds of the run's p50 latency (the mean is printed too,
+but on a shared machine it follows other processes' load); printed ratio: sampling / no sampling
+(goal <= 1.05: the sampler must not disturb what it measures). The example model runs in ~10 us,
+so this is the worst case: a model that runs for milliseconds dilutes the sampler further.
 
 Usage: python benchmarks/agent_power_overhead.py [--rounds 5] [--seconds 1.0] [--rate-hz 50]
 """

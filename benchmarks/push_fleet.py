@@ -57,11 +57,42 @@ def main() -> None:
                 failed = [r for r in results if not r.ok]
                 if failed:
                     raise SystemExit(f"{failed[0].board}: {failed[0].error}")
+        # the same job with OpenSSH's own clients (ssh, scp) in threads: what this host allows
+        import shlex
+        import subprocess
+        from concurrent.futures import ThreadPoolExecutor
+
+        ports = {n: int(next(ln for ln in (lb.boards / f"{n}.toml").read_text().splitlines()
+                              if ln.startswith("port")).split("=")[1]) for n in names}
+
+        def openssh_job(name):
+            counter["n"] += 1
+            wd = lb.dir / f"ref-{name}-{counter['n']}"
+            base = lb.scp_argv(ports[name])
+            ssh = ["ssh"] + [a if a != "-P" else "-p" for a in base[2:]] + ["127.0.0.1"]
+            final = f"{wd}/models/x.onnx"
+            subprocess.run(ssh + [f"mkdir -p {shlex.quote(str(wd))}/models; df -Pk {shlex.quote(str(wd))}"],
+                           check=True, capture_output=True)
+            subprocess.run(base + [str(model), f"127.0.0.1:{final}.part"], check=True)
+            subprocess.run(ssh + [f"sha256sum < {final}.part; mv {final}.part {final}"], check=True, capture_output=True)
+            subprocess.run(ssh + [f"sleep {args.board_seconds}"], check=True)
+
+        ref_one, ref_many = [], []
+        if not args.agent:
+            for _ in range(args.rounds):
+                for subset, out in ((names[:1], ref_one), (names, ref_many)):
+                    t = time.perf_counter()
+                    with ThreadPoolExecutor(len(subset)) as pool:
+                        list(pool.map(openssh_job, subset))
+                    out.append(time.perf_counter() - t)
         what = "agent facts" if args.agent else f"sleep {args.board_seconds:g} s"
         print(f"board job: connect + push {args.mb:g} MB + {what}; {args.rounds} rounds, medians")
         print(f"  1 board:  {median(one):.2f} s")
         print(f"  {args.boards} boards: {median(many):.2f} s")
         print(f"  ratio {args.boards} / 1: {median(many) / median(one):.2f} (goal <= 1.5)")
+        if ref_one:
+            print(f"reference, the same job with OpenSSH ssh + scp processes: 1 board {median(ref_one):.2f} s, "
+                  f"{args.boards} boards {median(ref_many):.2f} s, ratio {median(ref_many) / median(ref_one):.2f}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@
  *                            decodes (cx, cy, w, h) -> (x1, y1, x2, y2) and appends the row to the
  *                            candidate list (atomic counter: unordered).
  *   2. edgesdk_rank          one thread per candidate: its rank in the order (score descending,
- *                            row index ascending), a deterministic sort; candidates ranked past
- *                            max_candidates are dropped.
+ *                            row index ascending), a deterministic sort (O(n^2) compares through
+ *                            shared-memory tiles); candidates ranked past max_candidates are dropped.
  *   3. edgesdk_nms           one block: greedy NMS over the ranked candidates; a box is removed when
  *                            its IoU with a kept box OF THE SAME CLASS is > iou_threshold; stops after
  *                            max_detections kept boxes.
@@ -73,22 +73,36 @@ extern "C" __global__ void edgesdk_yolo_decode(
     cand_row[slot] = i;
 }
 
+#define EDGESDK_RANK_TILE 256  /* edgesdk_rank must be launched with blockDim.x == EDGESDK_RANK_TILE */
+
 extern "C" __global__ void edgesdk_rank(
     const float* __restrict__ cand_score, const int* __restrict__ cand_row,
     const int* __restrict__ cand_count, int max_candidates,
     float* __restrict__ sorted_score, int* __restrict__ sorted_row)
 {
+    __shared__ float tile_score[EDGESDK_RANK_TILE];
+    __shared__ int tile_row[EDGESDK_RANK_TILE];
     const int n = *cand_count;
+    if ((int)(blockIdx.x * blockDim.x) >= n) return;  /* uniform per block */
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    const float s = cand_score[i];
-    const int r = cand_row[i];
+    const float s = i < n ? cand_score[i] : 0.0f;
+    const int r = i < n ? cand_row[i] : 0;
     int rank = 0;
-    for (int j = 0; j < n; ++j) {
-        const float sj = cand_score[j];
-        rank += (sj > s || (sj == s && cand_row[j] < r)) ? 1 : 0;
+    for (int base = 0; base < n; base += EDGESDK_RANK_TILE) {
+        const int j = base + threadIdx.x;
+        if (j < n) {
+            tile_score[threadIdx.x] = cand_score[j];
+            tile_row[threadIdx.x] = cand_row[j];
+        }
+        __syncthreads();
+        const int m = min(EDGESDK_RANK_TILE, n - base);
+        for (int t = 0; t < m; ++t) {
+            const float sj = tile_score[t];
+            rank += (sj > s || (sj == s && tile_row[t] < r)) ? 1 : 0;
+        }
+        __syncthreads();
     }
-    if (rank < max_candidates) {
+    if (i < n && rank < max_candidates) {
         sorted_score[rank] = s;
         sorted_row[rank] = r;
     }

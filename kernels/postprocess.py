@@ -3,7 +3,7 @@ semantics of :func:`sdk.kernels.reference.yolo_postprocess`. Runs on the board t
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from .reference import Detections, PostprocessSpec
 
 __all__ = ["GpuYoloPostprocessor"]
 
-_THREADS = 256
+_THREADS = 256  # must equal EDGESDK_RANK_TILE in postprocess.cu (edgesdk_rank tiles by block)
 
 
 class GpuYoloPostprocessor:

@@ -7,7 +7,7 @@ arithmetic in NumPy with those parameters (what the GPU tests compare against, n
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import numpy as np
 

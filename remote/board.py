@@ -33,6 +33,7 @@ from ..errors import (BoardConnectionError, EdgeSDKError, MissingDependencyError
                       RemoteError)
 from .profiles import BoardProfile, get_profile
 from .push import Pushed, push_file
+from .ssh import is_transient
 from .transport import LocalTransport, SSHTransport, Transport
 
 __all__ = ["Board", "FleetResult", "run_fleet", "agent_zipapp"]
@@ -146,8 +147,8 @@ class Board:
         for attempt in range(self.retries + 1):
             try:
                 return fn()
-            except BoardConnectionError:
-                if attempt >= self.retries:
+            except BoardConnectionError as exc:
+                if attempt >= self.retries or not is_transient(exc):
                     raise
                 if self._transport is not None:
                     self._transport.close()   # reconnects on next use

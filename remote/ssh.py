@@ -31,7 +31,7 @@ from ..errors import (AuthenticationError, BoardConnectionError, ConfigError, Ho
                       MissingDependencyError, RemoteCommandError, RemoteError)
 
 __all__ = ["SSHTarget", "CommandResult", "SSHConnection", "resolve_target", "user_known_hosts",
-           "ssh_config_path", "fingerprint"]
+           "ssh_config_path", "fingerprint", "is_transient", "with_retries"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_COMMAND_TIMEOUT_S = 600.0
@@ -195,6 +195,17 @@ _TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ETIMEDOUT, errno.ECONNABORTED, errn
                      errno.ENETUNREACH}
 
 
+def _persistent(err: BoardConnectionError) -> BoardConnectionError:
+    """Mark a connection error as not worth retrying (refused, unresolvable): ``transient = False``."""
+    err.transient = False  # type: ignore[attr-defined]
+    return err
+
+
+def is_transient(err: BaseException) -> bool:
+    """True for a :class:`BoardConnectionError` worth a retry (timeout, reset, dropped link)."""
+    return isinstance(err, BoardConnectionError) and getattr(err, "transient", True)
+
+
 class _Transient(Exception):
     """Internal: a failure worth retrying, carrying the error to raise if retries run out."""
 
@@ -350,6 +361,11 @@ class SSHConnection:
 
         try:
             sock = self._open_sock()
+            if sock is None:
+                # our own socket, to turn Nagle off: with it, every small request (channel open, SFTP
+                # open, exit status) waits for the peer's delayed ACK, about 40 ms each on Linux
+                sock = socket.create_connection((t.hostname, t.port), timeout=self.connect_timeout_s)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.connect(
                 t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
                 password=None, allow_agent=True, look_for_keys=True, sock=sock,
@@ -373,17 +389,17 @@ class SSHConnection:
                 "only keys and ssh-agent are used: set identity_file in the profile or add the key to the agent, "
                 f"and check it is in ~{t.user}/.ssh/authorized_keys on the board", board=self.board) from exc
         except socket.gaierror as exc:
-            raise BoardConnectionError(f"cannot resolve host name '{t.hostname}' ({exc.strerror})",
-                                       board=self.board) from exc
+            raise _persistent(BoardConnectionError(f"cannot resolve host name '{t.hostname}' ({exc.strerror})",
+                                                   board=self.board)) from exc
         except paramiko.ssh_exception.NoValidConnectionsError as exc:
-            raise BoardConnectionError(f"connection refused by {where} (is sshd running on the board?)",
-                                       board=self.board) from exc
+            raise _persistent(BoardConnectionError(f"connection refused by {where} (is sshd running on the board?)",
+                                                   board=self.board)) from exc
         except (socket.timeout, TimeoutError) as exc:
             raise _Transient(BoardConnectionError(
                 f"timed out after {self.connect_timeout_s:g} s connecting to {where}", board=self.board)) from exc
         except ConnectionRefusedError as exc:
-            raise BoardConnectionError(f"connection refused by {where} (is sshd running on the board?)",
-                                       board=self.board) from exc
+            raise _persistent(BoardConnectionError(f"connection refused by {where} (is sshd running on the board?)",
+                                                   board=self.board)) from exc
         except (paramiko.SSHException, EOFError, ConnectionError) as exc:
             raise _Transient(BoardConnectionError(f"connection to {where} failed: {exc or type(exc).__name__}",
                                                   board=self.board)) from exc
@@ -391,7 +407,7 @@ class SSHConnection:
             err = BoardConnectionError(f"cannot connect to {where}: {exc.strerror or exc}", board=self.board)
             if exc.errno in _TRANSIENT_ERRNOS:
                 raise _Transient(err) from exc
-            raise err from exc
+            raise _persistent(err) from exc
         transport = client.get_transport()
         if self.keepalive_s:
             transport.set_keepalive(self.keepalive_s)
@@ -472,8 +488,8 @@ def with_retries(fn: Callable[[], Any], *, retries: int = 2, backoff_s: float = 
     for attempt in range(retries + 1):
         try:
             return fn()
-        except BoardConnectionError:
-            if attempt >= retries:
+        except BoardConnectionError as exc:
+            if attempt >= retries or not is_transient(exc):
                 raise
             time.sleep(delay)
             delay *= 2

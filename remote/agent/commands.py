@@ -91,7 +91,10 @@ def _target(request: Mapping[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     record: Dict[str, Any] = {"requested": precision, "applied_as_option": False}
     if precision:
         if "precision" in getattr(cls, "default_options", {}):
-            options.setdefault("precision", precision)
+            if options.get("precision") not in (None, precision):
+                raise ConfigError("precision '%s' contradicts target_options precision '%s'"
+                                  % (precision, options["precision"]), "give one of them")
+            options["precision"] = precision
             record["applied_as_option"] = True
         else:
             record["note"] = "target '%s' has no precision option: the model ran as stored" % cls.name
@@ -156,13 +159,14 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     model = _model(request)
     tgt, precision = _target(request)
     device = device_facts(root, sensors)
-    device["temperatures_before_c"] = device.pop("temperatures_c")
+    del device["temperatures_c"]  # taken again right before the run, after the build
     source, tried = (None, [])
     if power_req is not False:
         source, tried = open_source(sensors, root)
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     idle_window: Optional[Tuple[float, float]] = None
     with tgt.open(artifact) as session:
+        device["temperatures_before_c"] = temperatures(root)
         sampler = PowerSampler(source, rate_hz) if source is not None else None
         if sampler is not None:
             sampler.start()
@@ -178,9 +182,10 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
             if sampler is not None:
                 sampler.stop()
         inputs = [s.to_dict() for s in session.inputs]
-        if data is None:
+        if data is None:  # the shapes the random feeds had (as sdk.targets.measure.benchmark reports them)
+            known = {**dict(getattr(session, "default_shapes", None) or {}), **dict(shapes or {})}
             for d, spec in zip(inputs, session.inputs):
-                d["shape"] = list(spec.resolve((shapes or {}).get(spec.name)))
+                d["shape"] = list(spec.resolve(known.get(spec.name)))
     device["temperatures_after_c"] = temperatures(root)
     if power_req is False:
         power, energy = no_power("power sampling was not requested")

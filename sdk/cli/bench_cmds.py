@@ -15,7 +15,8 @@ def bench_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
     target: str = typer.Option("onnxruntime", "--target", "-t", help="Target name (see `sdk targets`)."),
     input_shape: Optional[List[str]] = typer.Option(
-        None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640 (repeatable)."),
+        None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640, or an engine profile "
+                                    "NAME=MIN:OPT:MAX (targets that build engines; runs use OPT). Repeatable."),
     runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs before measuring."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),
@@ -29,12 +30,18 @@ def bench_cmd(
     samples: bool = typer.Option(False, "--samples", help="Include every latency sample in the JSON."),
 ) -> None:
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
-    from ..tensors import parse_input_shapes
-    from ..targets import benchmark
+    from ..errors import InputError
+    from ..targets import benchmark, target_class
+    from ..tensors import parse_shape_profiles
     from ._common import console, latency_table, parse_options, write_json
 
-    shapes = parse_input_shapes(input_shape or [])
+    profiles = parse_shape_profiles(input_shape or [])
+    shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     opts = parse_options(option)
+    if any(":" in item for item in input_shape or []):
+        if "input_shapes" not in target_class(target).default_options:
+            raise InputError(f"target '{target}' takes no MIN:OPT:MAX shape profiles", "give one shape: NAME=1x3x640x640")
+        opts.setdefault("input_shapes", list(input_shape))
     if threads is not None:
         opts["threads"] = threads
     if provider:

@@ -103,7 +103,9 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
     """``((t_s, w), spans, note)`` from a benchmark result's ``power``: the trace is
     ``power.trace`` as ``[[t_s, w], ...]`` or ``{"t_s": [...], "w": [...]}``; spans come from
     ``power.idle_window`` / ``power.window`` (or the result's ``window``) as ``{begin_s, end_s}``
-    or ``[begin, end]``. Times are shown relative to the first sample."""
+    or ``[begin, end]``. Without a trace, the idle and measured window means are drawn on the
+    windows' times (``window.idle_begin_s``..``end_s``) and ``note`` says so. Times are shown
+    relative to the first point."""
     power = (bench or {}).get("power") or {}
     trace = power.get("trace")
     xs: List[float] = []
@@ -119,6 +121,19 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
             elif isinstance(item, (list, tuple)) and len(item) >= 2:
                 xs.append(float(item[0]))
                 ys.append(float(item[1]))
+    win = bench.get("window") or {}
+    if not xs and power.get("mean_w") is not None and win.get("begin_s") is not None:
+        # no per-sample trace: draw the window means on the windows' own times (a step plot)
+        b, e = float(win["begin_s"]), float(win["end_s"])
+        ib, ie = win.get("idle_begin_s"), win.get("idle_end_s")
+        if ib is not None and power.get("idle_w") is not None:
+            xs += [float(ib), float(ie)]
+            ys += [float(power["idle_w"])] * 2
+        xs += [b, e]
+        ys += [float(power["mean_w"])] * 2
+        trace_note = "window means (the board returned no per-sample trace)"
+    else:
+        trace_note = ""
     if not xs:
         reason = power.get("reason") or ("no power trace in the result" if power.get("mean_w") is not None
                                          else "no power sensor")
@@ -133,7 +148,6 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
         return None
 
     spans = []
-    win = bench.get("window") or {}
     idle = window(power.get("idle_window")) or window(
         {"begin_s": win.get("idle_begin_s"), "end_s": win.get("idle_end_s")})
     if idle:
@@ -141,7 +155,7 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
     measured = window(power.get("window") or power.get("measured_window") or bench.get("window"))
     if measured:
         spans.append(("measured", measured[0], measured[1], "#2ca02c"))
-    return ([x - t0 for x in xs], ys), spans, ""
+    return ([x - t0 for x in xs], ys), spans, trace_note
 
 
 def _latency_plots(bench: Dict[str, Any]) -> List[str]:
@@ -152,8 +166,10 @@ def _latency_plots(bench: Dict[str, Any]) -> List[str]:
         hist = svg.histogram(samples, "Latency histogram", "latency (ms)", marks=marks)
         over = svg.line_plot([("latency", list(range(1, len(samples) + 1)), samples)], "Latency over time",
                              "run #", "latency (ms)")
-    else:
-        hist = svg.histogram([], "Latency histogram", "latency (ms)")
+    else:  # the board sent statistics only: draw the distribution from its percentiles
+        keys = [k for k in ("min", "p50", "p90", "p95", "p99") if lat.get(k) is not None]  # max: in the table
+        hist = svg.bar_chart([(k, lat[k]) for k in keys], "Latency percentiles (the board returned no per-run samples)",
+                             "latency (ms)")
         over = svg.line_plot([], "Latency over time (the board returned no per-run samples)", "run #", "ms")
     return [hist, over]
 
@@ -172,7 +188,8 @@ def _power_section(bench: Dict[str, Any]) -> List[str]:
         rows.append(("note", power.get("reason") or energy.get("reason"), ""))
     out.append(_table(["power", "value", "unit"], rows, num_cols=(1,)))
     if data:
-        out.append(svg.line_plot([("power", data[0], data[1])], "Power trace", "time (s)", "power (W)", spans=spans))
+        title = f"Power trace: {note}" if note else "Power trace"
+        out.append(svg.line_plot([("power", data[0], data[1])], title, "time (s)", "power (W)", spans=spans))
     else:
         out.append(svg.line_plot([], f"Power trace: {note}", "time (s)", "W"))
     return out

@@ -144,6 +144,10 @@ def line_plot(series: Sequence[Tuple[str, Sequence[float], Sequence[float]]], ti
     if not ylim:
         y0, y1 = (0.0 if y0 >= 0 and y0 - pad < 0 else y0 - pad), y1 + pad
     f = _Frame(x0, x1, y0, y1)
+    if len(series) > 1:  # room for the legend rows above the plot
+        extra = 13 * ((len(series) - 1) // 5)
+        f.top += extra
+        f.ph -= extra
     xt = list(xticks) if xticks is not None else [t for t in nice_ticks(x0, x1) if x0 <= t <= x1]
     out = _open(title) + _axes(f, xt, [t for t in nice_ticks(y0, y1, 4) if y0 <= t <= y1], xlabel, ylabel)
     for label, a, b, color in spans:

@@ -390,6 +390,8 @@ def build_engine(source: Union[str, Path, bytes], config: BuildConfig, num_dla_c
         for name, (mn, opt, mx) in profiles.items():
             prof.set_shape(name, mn, opt, mx)
         bconf.add_optimization_profile(prof)
+        if int8_mode == "implicit" and hasattr(bconf, "set_calibration_profile"):
+            bconf.set_calibration_profile(prof)  # dynamic inputs with implicit int8 need one
     timing = None
     if config.timing_cache:
         tpath = Path(config.timing_cache)

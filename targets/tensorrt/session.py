@@ -9,7 +9,7 @@ through an ``IProfiler``. Runs on the board too: Python 3.8, NumPy, TensorRT, py
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 

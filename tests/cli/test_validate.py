@@ -191,3 +191,37 @@ def test_robustness_on_the_local_board(example_model, example_eval, tmp_path):
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["runner"] == "local" and len(data["robustness"]["rows"]) == 1
+
+
+def test_power_and_device_checks_on_a_simulated_jetson(example_model, example_eval, tmp_path):
+    """SIMULATION: the `local` agent reads a fake Jetson sysfs tree (INA3221 rails, nvpmodel,
+    clocks, thermal zones) written by the remote runner's SimulatedBoard, so the power, energy,
+    power-mode, clocks and temperature checks are evaluated end to end instead of skipped."""
+    from sdk.remote.agent.power.simulate import SimulatedBoard
+
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    (boards / "simjet.toml").write_text(
+        f'name = "simjet"\n[connection]\nhost = "local"\nworkdir = "{tmp_path / "work"}"\n'
+        f'[power]\nsensors = ["ina3221-hwmon"]\nsysfs_root = "{tmp_path / "sysfs"}"\n')
+    spec = tmp_path / "spec.toml"
+    spec.write_text("[run]\nruns = 20\nmin_seconds = 0.6\n"
+                    "[budgets]\nmax_mean_power_w = 20.0\nmax_energy_mj_per_inference = 50.0\n"
+                    "[device]\npower_mode = \"MAXN\"\nclocks_locked = true\nmax_temperature_c = 40.0\n"
+                    "[device.runtimes]\njetpack = \">=5.1\"\ncuda = \"==11.4.*\"\n")
+    with SimulatedBoard(tmp_path / "sysfs", "jetson-jp5"):
+        proc = sdk("validate", example_model, "-b", "simjet", "--data", example_eval, "--limit", "50",
+                   "--spec", spec, "--json", tmp_path / "r.json", "--report", tmp_path / "r.html", "-q",
+                   env={"EDGESDK_BOARDS_PATH": str(boards)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["boards"][0]["checks"]}
+    assert checks["power.mean"]["verdict"] == "pass" and 0 < checks["power.mean"]["measured"] < 20
+    assert checks["energy.per_inference"]["verdict"] == "pass"
+    assert checks["device.clocks_locked"]["verdict"] == "pass"
+    assert checks["runtime.jetpack"]["verdict"] == "pass" and checks["runtime.cuda"]["verdict"] == "pass"
+    # the simulated board is in mode 10W and its CPU zone reads 41.5 C: both conditions fail, named
+    assert checks["device.power_mode"]["verdict"] == "fail" and checks["device.power_mode"]["measured"] == "10W"
+    assert checks["device.temperature"]["verdict"] == "fail" and checks["device.temperature"]["measured"] == 41.5
+    assert "FAIL simjet: device.power_mode" in proc.stdout and "FAIL simjet: device.temperature" in proc.stdout
+    html = (tmp_path / "r.html").read_text()
+    assert "ina3221-hwmon" in html and "Power trace" in html

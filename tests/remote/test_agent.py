@@ -5,7 +5,6 @@ a SIMULATED Jetson sysfs tree (sdk.remote.agent.power.simulate) named by the req
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -241,3 +240,20 @@ def test_zipapp_on_python_38(pyz, example_model):
                        python=[PY38])
     assert rc == 0, doc
     assert doc["host"]["python"].startswith("3.8.") and doc["latency_ms"]["count"] >= 20
+
+
+# -- precision: an option where the target has one, a record elsewhere ---------------------------------------
+def test_precision_is_passed_to_targets_that_take_it():
+    from sdk.errors import ConfigError
+    from sdk.remote.agent.commands import _target
+    from sdk.targets import target_class, target_names
+
+    tgt, record = _target({"target": "onnxruntime", "precision": "int8"})
+    assert "precision" not in tgt.options and record["applied_as_option"] is False and "as stored" in record["note"]
+    with_option = [n for n in target_names() if "precision" in target_class(n).default_options]
+    if not with_option:
+        pytest.skip("no registered target has a precision option (the tensorrt target is not in this tree)")
+    tgt, record = _target({"target": with_option[0], "precision": "fp16"})
+    assert tgt.options["precision"] == "fp16" and record == {"requested": "fp16", "applied_as_option": True}
+    with pytest.raises(ConfigError, match="contradicts"):
+        _target({"target": with_option[0], "precision": "fp16", "target_options": {"precision": "int8"}})

@@ -102,3 +102,24 @@ def test_fleet_runs_on_despite_a_dead_board(client_home, sshd, board_profile):
     assert [r.ok for r in results] == [False, True, True]
     assert results[1].value == "good"
     assert isinstance(results[0].error, BoardConnectionError) and "dead: connection refused" in str(results[0].error)
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_board_push_resumes_across_dropped_links(client_home, sshd, board_profile, tmp_path):
+    import hashlib
+
+    from conftest import DropProxy
+
+    model = tmp_path / "big.onnx"
+    model.write_bytes(np.random.default_rng(3).integers(0, 256, 4_000_000, dtype=np.uint8).tobytes())
+    proxy = DropProxy(sshd.port, drop_after=1_500_000)      # every connection dies after ~1.5 MB
+    trust(client_home, sshd, port=proxy.port)
+    try:
+        with Board(board_profile("flaky", port=proxy.port), retries=3, backoff_s=0.01) as board:
+            pushed = board.push(model)
+    finally:
+        proxy.close()
+    assert proxy.connections >= 3 and pushed.resumed_from > 0
+    on_board = tmp_path / "board-flaky" / "models" / f"{pushed.sha256}.onnx"
+    assert hashlib.sha256(on_board.read_bytes()).hexdigest() == pushed.sha256

@@ -90,6 +90,7 @@ def test_fake_tegrastats_on_path(tmp_path, monkeypatch, dialect):
     source, tried = open_source(["ina3221-hwmon", "tegrastats"], str(tmp_path / "no-sysfs"))
     assert source is not None and source.name == "tegrastats" and not tried[0]["found"]
     sampler, begin, end = _measure(source, rate_hz=20.0)
+    assert sampler.error is None
     w = sampler.window(begin, end)
     rail = DEFAULT_RAILS[0]
     truth_j = rail.energy_j(begin, end, t0)

@@ -135,7 +135,7 @@ class _Fixed(PowerSource):
 
 def test_window_uses_only_samples_strictly_inside_and_integrates_by_trapezoid():
     # a linear ramp P = t W: the trapezoid is exact; samples at 0 and 10 lie ON the window edges
-    samples = [(float(t), {"A": float(t), "B": 1.0}) for t in range(0, 11)]
+    samples = [(float(t), {"A": float(t), "B": 1.0}) for t in range(11)]
     w = window_power(_Fixed(), [s for s in samples if 0.0 < s[0] < 10.0], duration_s=10.0)
     assert w.samples == 9 and w.rails_w["A"] == pytest.approx(5.0) and w.rails_w["B"] == 1.0
     assert w.mean_w == pytest.approx(6.0) and w.energy_j == pytest.approx(60.0) and w.rate_hz == pytest.approx(1.0)
@@ -152,7 +152,7 @@ def test_energy_counter_window_uses_the_counter_difference():
 
 def test_power_report_blocks_and_null_reasons():
     sampler = PowerSampler(_Fixed(), rate_hz=10)
-    sampler.samples = [(t / 10, {"VDD_IN": 2.0 if t < 10 else 5.0}) for t in range(0, 31)]
+    sampler.samples = [(t / 10, {"VDD_IN": 2.0 if t < 10 else 5.0}) for t in range(31)]
     power, energy = power_report(sampler, run_window=(1.0, 3.0), idle_window=(0.0, 0.95), count=100)
     assert power["mean_w"] == pytest.approx(5.0) and power["idle_w"] == pytest.approx(2.0)
     assert power["source"] == "fixed" and power["rails"] == {"VDD_IN": pytest.approx(5.0)}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -45,19 +47,44 @@ def test_validate_over_ssh_pass_and_fail(board_profile, client_home, sshd, examp
     assert f"FAIL {name}: latency.p99" in proc.stdout
 
 
+class _OneLinkProxy(DropProxy):
+    """The remote runner's DropProxy, but the board is gone for good once its link is cut: the
+    proxy takes one connection only, so reconnect attempts are refused."""
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self.sock.accept()
+        except OSError:
+            return
+        self.connections += 1
+        self.sock.close()
+        server = socket.create_connection(("127.0.0.1", self.target))
+        threading.Thread(target=self._pipe, args=(client, server, {"left": self.drop_after}), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(server, client, None), daemon=True).start()
+
+
 def test_ssh_board_dropping_mid_run(board_profile, client_home, sshd, example_model, example_eval, tmp_path):
-    """The link to the SSH board is cut (a TCP proxy drops every connection after a byte budget)
-    once the run has started: that board's checks fail with the cause, `local` still passes."""
-    proxy = DropProxy(sshd.port, drop_after=60_000)
+    """The SSH link is cut for good after the agent upload and the device facts, while the
+    inputs are on their way (a byte budget on the client -> board direction): that board's
+    checks fail with the cause, the facts it gave are kept, and `local` still passes."""
+    from sdk.remote import agent_zipapp
+
+    budget = agent_zipapp().stat().st_size + 60_000  # agent + facts + model fit; the 115 kB of inputs do not
+    proxy = _OneLinkProxy(sshd.port, drop_after=budget)
     try:
         trust(client_home, sshd, port=proxy.port)
         name = board_profile("cut", port=proxy.port)
         proc = _sdk("validate", example_model, "--board", name, "--board", "local", "--data", example_eval,
-                    "--limit", "100", "--spec", _spec(tmp_path, "spec.toml"), "--json", tmp_path / "r.json", "-q")
+                    "--spec", _spec(tmp_path, "spec.toml"), "--json", tmp_path / "r.json", "-q")
     finally:
         proxy.close()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     cut, local = json.loads((tmp_path / "r.json").read_text())["boards"]
-    print(cut["failed_stage"], cut["error"])
-    assert cut["verdict"] == "fail" and cut["error"] and local["verdict"] == "pass"
-    assert all(c["verdict"] == "fail" for c in cut["checks"] if c["reason"].startswith("board failed"))
+    assert cut["verdict"] == "fail" and local["verdict"] == "pass", cut["error"]
+    assert cut["failed_stage"] == "infer", cut["error"]
+    assert cut["facts"]["python"], "facts gathered before the drop are kept"
+    checks = {c["name"]: c for c in cut["checks"]}
+    assert checks["board.run"]["verdict"] == "fail"
+    assert checks["latency.p99"]["verdict"] == "fail" and checks["latency.p99"]["reason"].startswith("board failed during infer")
+    assert checks["runtime.onnxruntime"]["verdict"] == "pass"
+    assert f"FAIL {name}: the board failed during infer" in proc.stdout

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from sdk.errors import InputError, MissingDependencyError, TargetUnavailableError
+from sdk.errors import InputError, TargetUnavailableError
 from sdk.targets.cuda import (DeviceBuffer, backend_names, get_backend, installed_backends, probe_gpu,
                               require_gpu)
 from sdk.targets.cuda.base import kernel_args

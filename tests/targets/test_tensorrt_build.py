@@ -175,7 +175,7 @@ def test_engine_cache_hit_and_rebuild_reasons(tmp_path):
 
 
 def test_has_qdq_detects_explicit_quantization(tmp_path):
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])

@@ -86,3 +86,21 @@ def test_parser_error_names_the_node(tmp_path):
     t = get_target("tensorrt", cache_dir=str(tmp_path))
     with pytest.raises(UnsupportedModelError, match="TensorRT cannot parse the model.*(my_weird_node|FancyUnknownOp)"):
         t.prepare(Model(path))
+
+
+def test_engine_from_another_version_is_refused(target, conv_model):
+    from sdk.errors import BuildError
+
+    art = target.prepare(conv_model)
+    art.metadata["trt_version"] = "7.1.3"
+    with pytest.raises(BuildError, match="built with TensorRT 7.1.3.*rebuild"):
+        target.open(art)
+
+
+def test_damaged_engine_is_rebuilt(target, conv_model):
+    art = target.prepare(conv_model)
+    art.path.write_bytes(b"not an engine")
+    again = target.prepare(conv_model)
+    assert again.metadata["cache"]["hit"] is False and "changed on disk" in again.metadata["cache"]["reason"]
+    with target.open(again) as sess:
+        assert sess.run({"x": np.zeros((1, 3, 16, 16), np.float32)})

@@ -18,7 +18,7 @@ from typing import Callable, ClassVar, Dict, List, Optional, Tuple
 
 from ....errors import EdgeSDKError
 
-__all__ = ["PowerSource", "Sample", "under", "read_text", "read_number", "total_of", "sum_of"]
+__all__ = ["PowerSource", "Sample", "under", "read_text", "read_number", "total_of", "sum_of", "glob_sorted"]
 
 #: One sample: ``(t_monotonic_s, {rail: value})``; the value is W (power) or cumulative J (energy).
 Sample = Tuple[float, Dict[str, float]]
@@ -118,4 +118,9 @@ class PowerSource:
 
     @staticmethod
     def _glob(root: str, pattern: str) -> List[str]:
-        return sorted(glob.glob(under(root, pattern)))
+        return glob_sorted(under(root, pattern))
+
+
+def glob_sorted(pattern: str) -> List[str]:
+    """Paths matching ``pattern`` (absolute), sorted."""
+    return sorted(glob.glob(pattern))

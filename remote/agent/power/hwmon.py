@@ -9,7 +9,7 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .base import PowerSource, read_number, read_text
+from .base import PowerSource, glob_sorted, read_number, read_text
 
 __all__ = ["HwmonSource", "RaplSource", "Unwrapper"]
 
@@ -51,7 +51,7 @@ class HwmonSource(PowerSource):
             files = []
             for chip in self._glob(root, "/sys/class/hwmon/hwmon*"):
                 chip_name = read_text(os.path.join(chip, "name")) or os.path.basename(chip)
-                for f in self._glob("/", os.path.join(chip, pattern)):
+                for f in glob_sorted(os.path.join(chip, pattern)):
                     m = re.search(rx, f)
                     if not m or read_number(f) is None:
                         continue

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Dict, List, Tuple
 
-from .base import PowerSource, read_number, read_text, total_of, under
+from .base import PowerSource, glob_sorted, read_number, read_text, total_of
 
 __all__ = ["Ina3221Hwmon", "Ina3221Iio"]
 
@@ -50,11 +50,11 @@ class Ina3221Hwmon(_JetsonRails):
         channels: List[Tuple[str, str, str]] = []
         seen = set()
         for chip in chips:
-            hwmon_dirs = sorted(d for d in _glob_abs(os.path.join(chip, "hwmon", "hwmon*")))
+            hwmon_dirs = glob_sorted(os.path.join(chip, "hwmon", "hwmon*"))
             if not hwmon_dirs and os.path.exists(os.path.join(chip, "curr1_input")):
                 hwmon_dirs = [chip]
             for hw in hwmon_dirs:
-                for curr in _glob_abs(os.path.join(hw, "curr*_input")):
+                for curr in glob_sorted(os.path.join(hw, "curr*_input")):
                     k = re.match(r"curr(\d+)_input$", os.path.basename(curr))
                     if not k:
                         continue
@@ -102,12 +102,12 @@ class Ina3221Iio(_JetsonRails):
         for pattern in self._PATTERNS:
             for d in self._glob(root, pattern):
                 real = os.path.realpath(d)
-                if real not in devices and _glob_abs(os.path.join(d, "rail_name_*")):
+                if real not in devices and glob_sorted(os.path.join(d, "rail_name_*")):
                     devices.append(real)
         channels: List[Tuple[str, str]] = []
         seen = set()
         for dev in devices:
-            for rail_file in _glob_abs(os.path.join(dev, "rail_name_*")):
+            for rail_file in glob_sorted(os.path.join(dev, "rail_name_*")):
                 n = rail_file.rsplit("_", 1)[-1]
                 rail = read_text(rail_file)
                 power = os.path.join(dev, "in_power%s_input" % n)
@@ -129,8 +129,3 @@ class Ina3221Iio(_JetsonRails):
                 out[rail] = mw / 1e3
         return out
 
-
-def _glob_abs(pattern: str) -> List[str]:
-    import glob
-
-    return sorted(glob.glob(pattern))

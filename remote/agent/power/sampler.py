@@ -13,7 +13,7 @@ Runs on the board: Python 3.8, standard library only.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from .base import PowerSource, Sample
@@ -155,6 +155,8 @@ def power_report(sampler: PowerSampler, run_window: Tuple[float, float], idle_wi
     }
     if tried is not None:
         power["tried"] = tried
+    if sampler.error:
+        power["sampler_error"] = sampler.error
     total_mj = run.energy_j / count * 1e3 if count else None
     above = (run.mean_w - idle.mean_w) * run.duration_s / count * 1e3 if (idle and count) else None
     energy: Dict[str, Any] = {"total": total_mj, "above_idle": above}

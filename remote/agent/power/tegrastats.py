@@ -11,13 +11,12 @@ energy is integrated from the samples, never from those. Runs on the board: Pyth
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from .base import PowerSource, Sample, total_of
 
@@ -84,8 +83,13 @@ class TegrastatsSource(PowerSource):
 
     def run(self, sink: Callable[[Sample], None], rate_hz: float, stop: threading.Event) -> None:
         proc = self._spawn(max(1, int(round(1000.0 / rate_hz))))
-        watcher = threading.Thread(target=lambda: (stop.wait(), _stop(proc)), daemon=True)
-        watcher.start()
+
+        def stop_when_told() -> None:  # ends the line loop below with EOF; it closes the pipe
+            stop.wait()
+            if proc.poll() is None:
+                proc.terminate()
+
+        threading.Thread(target=stop_when_told, name="tegrastats-stop", daemon=True).start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
