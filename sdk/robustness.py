@@ -5,8 +5,8 @@ Corruptions work on HWC images: uint8 (0-255) or float arrays with a value range
 both are mapped to [0, 1], corrupted, and mapped back to their dtype and range. Randomness is
 seeded per (seed, corruption, severity, sample index), so a sweep is reproducible and a sample's
 corruption does not depend on which other samples were swept. Pure NumPy: JPEG is emulated with
-the codec's own lossy step (8x8 DCT, IJG quality-scaled quantisation tables, YCbCr for colour;
-no chroma subsampling).
+the codec's own lossy steps (YCbCr, 4:2:0 chroma subsampling, 8x8 DCT, IJG quality-scaled
+quantisation tables), so no image codec is needed.
 
 ::
 
@@ -166,9 +166,30 @@ def _jpeg_plane(plane: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.clip(np.round(back[:h, :w]), 0, 255)
 
 
+def _downsample2(plane: np.ndarray) -> np.ndarray:
+    """4:2:0 chroma: the mean of each 2x2 block (edge-padded to even size)."""
+    p = np.pad(plane, ((0, plane.shape[0] % 2), (0, plane.shape[1] % 2)), mode="edge")
+    return p.reshape(p.shape[0] // 2, 2, p.shape[1] // 2, 2).mean(axis=(1, 3))
+
+
+def _upsample2(plane: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Back to full size with libjpeg's "fancy" upsampling (a 3/4, 1/4 triangle filter)."""
+    def axis(a: np.ndarray, ax: int) -> np.ndarray:
+        n = a.shape[ax]
+        prev = np.take(a, np.maximum(np.arange(n) - 1, 0), axis=ax)
+        nxt = np.take(a, np.minimum(np.arange(n) + 1, n - 1), axis=ax)
+        even, odd = 0.75 * a + 0.25 * prev, 0.75 * a + 0.25 * nxt
+        out = np.stack([even, odd], axis=ax + 1)
+        shape = list(a.shape)
+        shape[ax] = 2 * n
+        return out.reshape(shape)
+
+    return axis(axis(plane, 0), 1)[:h, :w]
+
+
 @register_corruption("jpeg")
 def _jpeg(img: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarray:
-    """JPEG compression at quality 50, 30, 20, 12, 7 (DCT quantisation, YCbCr for colour)."""
+    """JPEG compression at quality 50, 30, 20, 12, 7 (YCbCr 4:2:0, DCT quantisation)."""
     q = (50, 30, 20, 12, 7)[severity - 1]
     x = np.clip(np.round(img * 255.0), 0, 255).astype(np.float32)
     if x.shape[2] == 3:
@@ -176,8 +197,10 @@ def _jpeg(img: np.ndarray, severity: int, rng: np.random.Generator) -> np.ndarra
         y = 0.299 * r + 0.587 * g + 0.114 * b
         cb = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
         cr = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
-        y, cb, cr = (_jpeg_plane(y, _quality_table(_Q_LUMA, q)), _jpeg_plane(cb, _quality_table(_Q_CHROMA, q)),
-                     _jpeg_plane(cr, _quality_table(_Q_CHROMA, q)))
+        h, w = y.shape
+        y = _jpeg_plane(y, _quality_table(_Q_LUMA, q))
+        cb = _upsample2(_jpeg_plane(_downsample2(cb), _quality_table(_Q_CHROMA, q)), h, w)
+        cr = _upsample2(_jpeg_plane(_downsample2(cr), _quality_table(_Q_CHROMA, q)), h, w)
         out = np.stack([y + 1.402 * (cr - 128), y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128),
                         y + 1.772 * (cb - 128)], axis=-1)
     else:

@@ -177,12 +177,14 @@ def board_profile(tmp_path, client_home, sshd, monkeypatch) -> Callable[..., str
 
 
 class DropProxy:
-    """A TCP proxy on loopback to ``port`` that cuts every connection (both ways) once
-    ``drop_after`` bytes went client -> server (None: never). Counts connections."""
+    """A TCP proxy on loopback to ``port`` that cuts a connection (both ways) once ``drop_after``
+    bytes went client -> server (None: never); only the first ``cut`` connections (None: all).
+    Counts connections."""
 
-    def __init__(self, port: int, drop_after: Optional[int] = None):
+    def __init__(self, port: int, drop_after: Optional[int] = None, cut: Optional[int] = None):
         self.target = port
         self.drop_after = drop_after
+        self.cut = cut
         self.connections = 0
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -200,7 +202,8 @@ class DropProxy:
                 return
             self.connections += 1
             server = socket.create_connection(("127.0.0.1", self.target))
-            budget = {"left": self.drop_after}
+            cut = self.cut is None or self.connections <= self.cut
+            budget = {"left": self.drop_after if cut else None}
             threading.Thread(target=self._pipe, args=(client, server, budget), daemon=True).start()
             threading.Thread(target=self._pipe, args=(server, client, None), daemon=True).start()
 

@@ -67,7 +67,7 @@ def test_corrupt_copy_on_the_board_is_replaced(client_home, sshd, tmp_path, mode
 
 @needs_sshd
 @pytest.mark.ssh
-def test_cut_mid_transfer_leaves_nothing_corrupt_and_next_push_resumes(client_home, sshd, tmp_path):
+def test_cut_mid_transfer_leaves_nothing_corrupt_and_next_push_succeeds(client_home, sshd, tmp_path):
     trust(client_home, sshd)
     model = blob(tmp_path / "big.onnx", 4_000_000, seed=1)
     sha = file_sha256(model)
@@ -82,13 +82,28 @@ def test_cut_mid_transfer_leaves_nothing_corrupt_and_next_push_resumes(client_ho
         assert str(exc.value).startswith("loop: connection lost while uploading big.onnx")
         assert not final.exists()                           # never a corrupt file under the final name
         part = final.with_name(final.name + ".part")
-        assert part.exists() and part.stat().st_size < model.stat().st_size
+        assert part.stat().st_size < model.stat().st_size   # what the board wrote before the cut, if anything
     finally:
         proxy.close()
     with ssh_transport(sshd.port) as tr:
         again = push_file(tr, model, str(wd))
-    assert again.resumed_from > 0 and again.bytes_sent == model.stat().st_size - again.resumed_from
+    # the next push resumes from what survived (all of it verified at the end) or redoes it
+    assert again.bytes_sent == model.stat().st_size - again.resumed_from
     assert hashlib.sha256(final.read_bytes()).hexdigest() == sha and not part.exists()
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_valid_partial_file_is_resumed(client_home, sshd, tmp_path, model_file):
+    trust(client_home, sshd)
+    sha = file_sha256(model_file)
+    part = tmp_path / "wd" / "models" / f"{sha}.onnx.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(model_file.read_bytes()[:1_234_567])   # what an earlier, cut push left
+    with ssh_transport(sshd.port) as tr:
+        pushed = push_file(tr, model_file, str(tmp_path / "wd"))
+    assert pushed.resumed_from == 1_234_567 and pushed.bytes_sent == model_file.stat().st_size - 1_234_567
+    assert hashlib.sha256((part.parent / f"{sha}.onnx").read_bytes()).hexdigest() == sha
 
 
 @needs_sshd
