@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -77,7 +78,9 @@ class Loopback:
             f"Port {port}", f"ListenAddress {listen}", f"HostKey {host_key}",
             f"AuthorizedKeysFile {self.key}.pub", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "UsePAM no", "StrictModes no", "PidFile none", "PermitRootLogin yes", "LogLevel ERROR",
-            "MaxStartups 64:30:128", "MaxSessions 64", f"Subsystem sftp {SFTP_SERVER}", ""]))
+            "MaxStartups 64:30:128", "MaxSessions 64", f"Subsystem sftp {SFTP_SERVER}",
+            # bash sources ~/.bashrc for ssh commands only when SHLVL < 2: skip this host's heavy one
+            "SetEnv SHLVL=1", ""]))
         cmd = [SSHD, "-D", "-e", "-f", str(d / "cfg")]
         if netns:
             cmd = ["ip", "netns", "exec", netns] + cmd
@@ -97,7 +100,8 @@ class Loopback:
     def profile(self, name: str, port: int, host: str = "127.0.0.1", workdir: Optional[Path] = None) -> str:
         wd = workdir or (self.dir / f"board-{name}")
         (self.boards / f"{name}.toml").write_text(
-            f'name = "{name}"\n[connection]\nhost = "{host}"\nport = {port}\nworkdir = "{wd}"\n')
+            f'name = "{name}"\n[connection]\nhost = "{host}"\nport = {port}\nworkdir = "{wd}"\n'
+            f'python = "{sys.executable}"\n')
         return name
 
     def scp_argv(self, port: int, host: str = "127.0.0.1") -> List[str]:

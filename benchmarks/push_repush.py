@@ -28,7 +28,7 @@ def main() -> None:
         port = lb.sshd()
         model = lb.dir / "model.onnx"
         model.write_bytes(os.urandom(int(args.mb * 1e6)))
-        first_s, again_s, first_trips, again_trips, sent_again = [], [], [], [], []
+        first_s, again_s, first_trips, again_trips, sent_again, bare_s = [], [], [], [], [], []
         with Board(lb.profile("b", port)) as board:
             board.transport.run("true")   # connect outside the timed part
             for i in range(args.rounds):
@@ -43,11 +43,17 @@ def main() -> None:
                 first_trips.append(n1 - n0)
                 again_trips.append(n2 - n1)
                 sent_again.append(again.bytes_sent)
+                t3 = time.perf_counter()
+                board.transport.run("true")
+                bare_s.append(time.perf_counter() - t3)
         print(f"model {args.mb:g} MB, {args.rounds} rounds, medians")
         print(f"first push: {median(first_s) * 1e3:8.1f} ms, {median(first_trips):.0f} round trips")
         print(f"re-push:    {median(again_s) * 1e3:8.1f} ms, {median(again_trips):.0f} round trips, "
               f"{max(sent_again)} bytes sent (goal: 0 bytes, 1 round trip)")
-        print(f"ratio re-push / first push: {median(again_s) / median(first_s):.3f}")
+        print(f"one bare command (`true`) on the same connection: {median(bare_s) * 1e3:8.1f} ms "
+              "(the floor of one round trip: the board's shell start-up)")
+        print(f"ratio re-push / first push: {median(again_s) / median(first_s):.3f}; "
+              f"re-push / bare command: {median(again_s) / median(bare_s):.2f}")
 
 
 if __name__ == "__main__":

@@ -176,8 +176,7 @@ def _calibrate_pool(path, names, chans, sha, nbins, threads, workers, batches, t
     results = ctx.Queue()
     procs = [ctx.Process(target=_worker, args=(path, names, chans, sha, nbins, threads, tasks, results),
                          daemon=True) for _ in range(workers)]
-    for p in procs:
-        p.start()
+    _start_clean(procs)
     done = 0
     try:
         for feed, _, n in batches:
@@ -205,6 +204,23 @@ def _calibrate_pool(path, names, chans, sha, nbins, threads, workers, batches, t
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+
+
+def _start_clean(procs) -> None:
+    """Start spawned workers without re-importing the caller's ``__main__`` (a script without a
+    ``__name__ == "__main__"`` guard, or code piped on stdin, must not run again in every worker):
+    the spawn start method reads ``sys.modules["__main__"]`` only while ``start()`` runs."""
+    import sys
+    import types
+
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 def _put(q, item, procs) -> None:

@@ -106,9 +106,11 @@ def percentile(stats: TensorStats, symmetric: bool, percentile: float) -> Range:
 def entropy(stats: TensorStats, symmetric: bool, num_quantized_bins: int) -> Range:
     """The threshold of ``|x|`` minimising KL(P || Q), where P is the histogram clipped at the
     threshold (outliers folded into the last bin) and Q its quantization to ``num_quantized_bins``
-    levels (TensorRT's EntropyCalibrator2 idea). Every candidate is evaluated at once, in closed
-    form, from prefix sums of the histogram."""
-    h, w = stats.abs_hist()
+    levels (TensorRT's EntropyCalibrator2 idea, candidates from ``num_quantized_bins`` bins up, levels
+    spread evenly). Exact zeros are left out of the histogram (as ncnn does): after a ReLU they can
+    be half the values and would pull the threshold far down. Every candidate is evaluated at once,
+    in closed form, from prefix sums of the histogram."""
+    h, w = stats.abs_hist(exclude_zeros=True)
     t = _kl_threshold(h.astype(np.float64), int(num_quantized_bins))
     return _from_threshold(stats, min(t * w, stats.absmax), symmetric)
 
@@ -129,10 +131,9 @@ def _kl_threshold(h: np.ndarray, nq: int) -> int:
     L = np.concatenate([[0.0], np.cumsum(plogp)])
 
     cand = np.arange(nq, n + 1)                        # thresholds (in bins) to evaluate, shape K
-    m = cand // nq                                     # bins per quantized level
-    g = np.arange(nq)
-    start = g[None, :] * m[:, None]                    # K x nq
-    end = np.where(g[None, :] == nq - 1, cand[:, None], start + m[:, None])
+    g = np.arange(nq + 1)
+    edges = (g[None, :] * cand[:, None] + nq - 1) // nq  # level k holds bins [ceil(k*i/nq), ceil((k+1)*i/nq))
+    start, end = edges[:, :-1], edges[:, 1:]           # K x nq
     S = C[end] - C[start]                              # Q is built from the bins as they are...
     Z = NZ[end] - NZ[start]
     Lg = L[end] - L[start]

@@ -40,6 +40,7 @@ class TensorStats:
     nbins: int = NBINS
     count: int = 0
     nonfinite: int = 0
+    zeros: int = 0
     min: float = math.inf
     max: float = -math.inf
     width: float = 0.0
@@ -69,6 +70,7 @@ class TensorStats:
             return
         lo, hi = float(flat.min()), float(flat.max())
         self.count += int(flat.size)
+        self.zeros += int(flat.size - np.count_nonzero(flat))
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
             s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
@@ -107,6 +109,7 @@ class TensorStats:
             raise ValueError("cannot merge histograms with different bin counts")
         self.count += other.count
         self.nonfinite += other.nonfinite
+        self.zeros += other.zeros
         # a width of 0 means only zeros were seen (all in bin 0, which no coarsening moves)
         o = TensorStats(other.name, other.nbins, width=other.width, hist=other.hist)
         w = max(self.width, o.width)
@@ -140,13 +143,17 @@ class TensorStats:
         """Bin edges of :attr:`hist` (``2*nbins + 1`` values)."""
         return np.arange(-self.nbins, self.nbins + 1, dtype=np.float64) * self.width
 
-    def abs_hist(self) -> Tuple[np.ndarray, float]:
+    def abs_hist(self, exclude_zeros: bool = False) -> Tuple[np.ndarray, float]:
         """Histogram of ``|x|``: bin ``j`` counts values with ``j*w <= |x| <= (j+1)*w``; returns
-        ``(counts[nbins], w)``."""
+        ``(counts[nbins], w)``. ``exclude_zeros`` leaves exact zeros out (ReLU outputs)."""
         h = self.hist
         pos = h[self.nbins:]
         neg = h[:self.nbins][::-1]
-        return pos + neg, (self.width or 1.0)
+        out = pos + neg
+        if exclude_zeros and self.zeros:
+            out = out.copy()
+            out[0] -= self.zeros
+        return out, (self.width or 1.0)
 
     def channel_mean(self) -> Optional[np.ndarray]:
         if self.channel_sum is None or self.channel_count == 0:
@@ -156,7 +163,7 @@ class TensorStats:
     # -- (de)serialisation ---------------------------------------------------------------------------------
     def to_arrays(self, prefix: str) -> Dict[str, np.ndarray]:
         out = {
-            prefix + "scalars": np.array([self.count, self.nonfinite, self.channel_count], np.int64),
+            prefix + "scalars": np.array([self.count, self.nonfinite, self.channel_count, self.zeros], np.int64),
             prefix + "range": np.array([self.min, self.max, self.width], np.float64),
             prefix + "hist": self.hist,
         }
@@ -166,11 +173,11 @@ class TensorStats:
 
     @classmethod
     def from_arrays(cls, name: str, arrays: Mapping[str, np.ndarray], prefix: str) -> "TensorStats":
-        count, nonfinite, ch_count = (int(v) for v in arrays[prefix + "scalars"])
+        count, nonfinite, ch_count, zeros = (int(v) for v in arrays[prefix + "scalars"])
         lo, hi, width = (float(v) for v in arrays[prefix + "range"])
         hist = np.asarray(arrays[prefix + "hist"], np.int64)
         chsum = arrays.get(prefix + "chsum")
-        return cls(name, len(hist) // 2, count, nonfinite, lo, hi, width, hist.copy(),
+        return cls(name, len(hist) // 2, count, nonfinite, zeros, lo, hi, width, hist.copy(),
                    None if chsum is None else np.asarray(chsum, np.float64), ch_count)
 
 

@@ -252,12 +252,15 @@ class Board:
     def benchmark(self, model: ModelLike, *, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, warmup: int = 10, idle_seconds: float = 1.0,
                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                  target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None) -> Dict[str, Any]:
+                  target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
+                  samples: bool = False) -> Dict[str, Any]:
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
         ``target`` (default: the profile's first) and measure latency (MLPerf SingleStream: at
         least ``runs`` AND ``min_seconds``) while sampling power. Returns the result JSON dict:
         ``latency_ms``, ``throughput_ips``, ``power``, ``energy_mj_per_inference``, ``device``,
-        ``board``, ``model``, ``transfer``."""
+        ``board``, ``model``, ``transfer``. With ``samples=True`` it also holds the latency
+        samples in run order (``samples_ms``, at most 20,000, every ``samples_stride``-th) and the
+        power trace (``power.trace``: ``[t_s, W]`` on the clock of ``window``)."""
         pushed = self.push(model)
         target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
         precision = precision or self.profile.runtime.precision
@@ -266,7 +269,7 @@ class Board:
             "target_options": dict(target_options or {}), "precision": precision,
             "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
             "runs": runs, "warmup": warmup, "min_seconds": min_seconds, "idle_seconds": idle_seconds,
-            "power": self._power_request(), "workdir": self._abs(self.workdir),
+            "power": self._power_request(), "workdir": self._abs(self.workdir), "samples": bool(samples),
         }
         timeout = timeout_s or (BENCH_TIMEOUT_PAD_S + idle_seconds + max(min_seconds, 0) * 3 + runs * 0.5)
         result = self.agent("bench", request, timeout_s=timeout)

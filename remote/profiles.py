@@ -109,7 +109,7 @@ _FORBIDDEN = {"password", "passphrase"}
 
 def _toml():
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin (3.11+, guarded)
         return tomllib
     try:
         import tomli

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
 from ..errors import ModelNotFoundError, TransferError
-from .transport import Transport
+from .transport import SHA256_SH, Transport
 
 __all__ = ["Pushed", "push_file", "file_sha256", "remote_path_for"]
 
@@ -76,8 +76,9 @@ def _home_relative(path: str) -> str:
 def _probe_script(final: str, part: str, folder: str) -> str:
     f, p, d = (shlex.quote(x) for x in (final, part, folder))
     return "; ".join([
+        SHA256_SH,
         'printf "home=%s\\n" "$HOME"',
-        f'if [ -f {f} ]; then printf "final=%s\\n" "$(sha256sum < {f} | cut -c1-64)"; fi',
+        f'if [ -f {f} ]; then printf "final=%s\\n" "$(_sha256 < {f})"; fi',
         f'if [ -f {p} ]; then printf "part=%s\\n" "$(wc -c < {p} | tr -d " ")"; fi',
         f'mkdir -p {d} && printf "free_kb=%s\\n" "$(df -Pk {d} | awk \'NR==2{{print $4}}\')"',
     ])
@@ -85,7 +86,7 @@ def _probe_script(final: str, part: str, folder: str) -> str:
 
 def _commit_script(final: str, part: str, sha256: str) -> str:
     f, p = shlex.quote(final), shlex.quote(part)
-    return (f'h=$(sha256sum < {p} | cut -c1-64); if [ "$h" = {sha256} ]; then mv -f {p} {f} && echo ok; '
+    return (f'{SHA256_SH}; h=$(_sha256 < {p}); if [ "$h" = {sha256} ]; then mv -f {p} {f} && echo ok; '
             f'else rm -f {p}; echo "mismatch $h"; exit 3; fi')
 
 

@@ -447,7 +447,9 @@ class SSHConnection:
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(1 << 16))
                     got = True
-                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                # sshd may send the exit status before the last output: stop only after EOF too
+                if chan.exit_status_ready() and (chan.eof_received or chan.closed) \
+                        and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed and not chan.exit_status_ready():
                     raise BoardConnectionError(f"the connection dropped while running: {command[:80]}",

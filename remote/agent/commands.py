@@ -118,7 +118,8 @@ def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
 
 # -- bench -----------------------------------------------------------------------------------------------
 _BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "data_path", "runs",
-               "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power")
+               "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power", "samples",
+               "max_samples")
 
 
 def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -205,11 +206,21 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
         samples_ms=run.samples_ms,
         window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
     ).to_dict()
+    if request.get("samples"):
+        result["samples_ms"], result["samples_stride"] = _strided(run.samples_ms, int(request.get("max_samples") or 20000))
+        if sampler is not None and power.get("mean_w") is not None:
+            power["trace"] = sampler.trace()  # same clock as result["window"]
     result.update(precision=precision, power=power, energy_mj_per_inference=energy, device=device,
                   agent={"version": __version__})
     if idle_window is not None:
         result["window"]["idle_begin_s"], result["window"]["idle_end_s"] = idle_window
     return result
+
+
+def _strided(samples: List[float], limit: int) -> Tuple[List[float], int]:
+    """At most ``limit`` samples, every ``stride``-th in run order (the stride is returned)."""
+    stride = max(1, -(-len(samples) // max(1, limit)))
+    return list(samples[::stride]), stride
 
 
 # -- infer -----------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import List, Optional
 COMMAND_MODULES = [
     "sdk.cli.model_cmds",    # inspect
     "sdk.cli.bench_cmds",    # bench, targets
+    "sdk.cli.quantize_cmds", # quantize
     "sdk.cli.remote_cmds",   # boards, push
     "sdk.cli.validate_cmds", # validate, robustness
 ]

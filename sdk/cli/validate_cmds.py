@@ -18,7 +18,7 @@ def _progress(msg: str) -> None:
 
 
 def validate_cmd(
-    model: str = typer.Argument(..., help="Model file (.onnx)."),
+    model: str = typer.Argument(..., help="Model file (.onnx, or .tflite with --reference-model)."),
     board: List[str] = typer.Option(..., "--board", "-b",
                                     help="Board name (repeatable for a fleet); 'local' is this machine, "
                                          "'host:<target>' a target on this machine."),
@@ -27,6 +27,9 @@ def validate_cmd(
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
     spec: Optional[str] = typer.Option(None, "--spec", help="Validation spec (TOML): budgets and conditions."),
     reference: str = typer.Option("onnxruntime", "--reference", help="Host target of the FP32 reference."),
+    reference_model: Optional[str] = typer.Option(
+        None, "--reference-model", help="Model the reference runs (default: MODEL); the FP32 original of a "
+                                        "quantized or converted MODEL."),
     preprocess: Optional[List[str]] = typer.Option(
         None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
@@ -42,6 +45,7 @@ def validate_cmd(
     from ._common import console
 
     result = validate(model, board, data, labels=labels, spec=spec, reference=reference,
+                      reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
                       progress=None if quiet else _progress)
     if report:
@@ -106,7 +110,7 @@ def _print_summary(result) -> None:
 
 
 def robustness_cmd(
-    model: str = typer.Argument(..., help="Model file (.onnx)."),
+    model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
     data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Host target (default onnxruntime)."),
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Run on this board instead of the host."),

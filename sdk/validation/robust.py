@@ -51,7 +51,9 @@ def run_robustness(
     ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess)
     runner = HostRunner(target or "onnxruntime") if board is None else open_runner(board)
     with runner as r:
-        result = robustness_on(r, m, ds, corruptions=corruptions, severities=severities, seed=seed, limit=limit)
+        board_target = (spec.run.get("target") if spec is not None else None) if board is not None else None
+        result = robustness_on(r, m, ds, corruptions=corruptions, severities=severities, seed=seed, limit=limit,
+                               target=board_target)
     run = BoardRun(board=getattr(runner, "name", str(board or target)), robustness=result.to_dict())
     checks: List[CheckResult] = []
     for chk in CHECKS.values():

@@ -199,8 +199,9 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
     if len(ds.arrays) != 1:
         raise InputError("the robustness sweep needs a model with one image input")
     name = next(iter(ds.arrays))
-    tmp = tempfile.TemporaryDirectory(prefix="edgesdk-robust-") if workdir is None else None
-    where = Path(tmp.name) if tmp else Path(workdir)
+    # a folder of its own: boards of a fleet sweep at the same time
+    tmp = tempfile.TemporaryDirectory(prefix="edgesdk-robust-", dir=str(workdir) if workdir else None)
+    where = Path(tmp.name)
     calls = [0]
 
     specs = model.inputs if hasattr(model, "inputs") else None
@@ -233,13 +234,12 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
         result.settings["layout"] = layout
         return result
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        tmp.cleanup()
 
 
 def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, ref_out: Dict[str, np.ndarray],
                ref_top1: Optional[float], spec: Any, workdir: Path, progress: Progress,
-               label: Optional[str] = None) -> BoardRun:
+               label: Optional[str] = None, out_names: Optional[Dict[str, str]] = None) -> BoardRun:
     from ..metrics import compare_outputs
 
     if label is None:
@@ -257,7 +257,10 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
             run_opts = dict(spec.run) if spec is not None else {}
-            out = merge_sample_axis(board.infer(model, str(inputs_npz), target=run_opts.get("target")), len(ds), ref_out)
+            out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
+            if out_names:  # the model's output names differ from the reference's: match by position
+                out = {out_names.get(k, k): v for k, v in out.items()}
+            out = merge_sample_axis(out, len(ds), ref_out)
             missing = [k for k in ref_out if k not in out]
             if missing:
                 raise ValidationError(f"the board returned no output '{missing[0]}'")
@@ -277,7 +280,8 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.bench = board.benchmark(model, target=run_opts.get("target"), precision=run_opts.get("precision"),
                                         runs=int(run_opts.get("runs", 100)),
                                         min_seconds=float(run_opts.get("min_seconds", 1.0)),
-                                        input_shapes=_sample_shapes(ds))
+                                        input_shapes=_sample_shapes(ds), samples=True,
+                                        **({"warmup": int(run_opts["warmup"])} if "warmup" in run_opts else {}))
             if spec is not None and spec.robustness is not None:
                 stage = "robustness"
                 rob = spec.robustness
@@ -299,6 +303,35 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
     return run
 
 
+def _on_this_machine(runner: Any) -> bool:
+    if isinstance(runner, HostRunner):
+        return True
+    conn = getattr(getattr(runner, "profile", None), "connection", None)
+    return bool(getattr(conn, "is_local", True))  # unknown runner objects: assume local, be safe
+
+
+def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel: bool) -> List[BoardRun]:
+    """``one(i)`` for every runner, in order. With ``parallel``, each remote board gets its own
+    thread and the boards on this machine share one (serial) thread."""
+    local = [i for i, r in enumerate(runners) if _on_this_machine(r)]
+    remote = [i for i in range(len(runners)) if i not in local]
+    if not parallel or not remote or len(runners) == 1:
+        return [one(i) for i in range(len(runners))]
+    from concurrent.futures import ThreadPoolExecutor
+
+    results: Dict[int, BoardRun] = {}
+
+    def serial(indices: List[int]) -> None:
+        for i in indices:
+            results[i] = one(i)
+
+    groups = ([local] if local else []) + [[i] for i in remote]
+    with ThreadPoolExecutor(max_workers=min(16, len(groups)), thread_name_prefix="edgesdk-validate") as pool:
+        for f in [pool.submit(serial, g) for g in groups]:
+            f.result()
+    return [results[i] for i in range(len(runners))]
+
+
 def validate(
     model: Any,
     boards: Sequence[Any],
@@ -307,14 +340,20 @@ def validate(
     labels: Optional[Union[str, os.PathLike]] = None,
     spec: Any = None,
     reference: str = "onnxruntime",
+    reference_model: Any = None,
     preprocess: Any = None,
     limit: Optional[int] = None,
     progress: Progress = None,
+    parallel: bool = True,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
     :class:`~sdk.spec.ValidationSpec`, a path to its TOML, or None (only the run itself is checked).
-    ``reference``: the host target of the FP32 reference. ``limit``: use at most this many samples."""
+    ``reference``: the host target of the FP32 reference; ``reference_model``: the model it runs
+    (default: ``model`` itself; give the FP32 original when ``model`` is quantized or a .tflite).
+    ``limit``: use at most this many samples. ``parallel``: remote boards run at the same time
+    (boards on this machine, ``local`` and ``host:*``, always run one after the other so their
+    measurements do not disturb each other)."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -332,23 +371,38 @@ def validate(
         preprocess = spec.preprocess
     ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
     say = progress or (lambda _msg: None)
-    say(f"reference: {reference} on the host, {len(ds)} samples")
+    ref_m = m if reference_model is None else (
+        reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
+    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
+        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
+                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    say(f"reference: {reference} on the host ({ref_m.name}), {len(ds)} samples")
     try:
         with HostRunner(reference, name=f"reference:{reference}") as ref:
-            ref_out = ref.run_arrays(m, ds.arrays)
+            ref_out = ref.run_arrays(ref_m, ds.arrays)
             ref_version = ref.check().get("runtimes", {}).get(reference)
     except EdgeSDKError as exc:
         raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
     _check_labels(ds, ref_out)
+    out_names: Dict[str, str] = {}
+    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
+    if names != ref_names:
+        if len(names) != len(ref_names):
+            raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
+        out_names = dict(zip(names, ref_names))
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
-    reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1,
+    reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
+                       "model_sha256": ref_m.sha256,
                        "outputs": {k: list(v.shape) for k, v in ref_out.items()}}
-    runs: List[BoardRun] = []
     with tempfile.TemporaryDirectory(prefix="edgesdk-validate-") as tmp:
         inputs_npz = ds.save_npz(Path(tmp) / "inputs.npz", board_arrays(m.inputs, ds.arrays))
-        for b, runner in zip(boards, runners):
-            runs.append(_run_board(runner, m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
-                                   label=b if isinstance(b, str) else None))
+
+        def one(i: int) -> BoardRun:
+            b = boards[i]
+            return _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
+                              label=b if isinstance(b, str) else None, out_names=out_names)
+
+        runs = _run_fleet(runners, one, parallel)
     model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
                    "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
                    "outputs": [s.to_dict() for s in m.outputs]}

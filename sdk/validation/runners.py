@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -120,7 +119,7 @@ class HostRunner:
 
     def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                  warmup: int = 10, data: Any = None) -> Dict[str, Any]:
+                  warmup: int = 10, data: Any = None, samples: bool = True) -> Dict[str, Any]:
         """Latency on this host (``sdk.targets.benchmark``) in the board result layout; ``power``
         fields are null with the reason, ``samples_ms`` holds every sample in order."""
         from ..model import Model
@@ -133,7 +132,7 @@ class HostRunner:
                 shapes[s.name] = s.resolve(default_dim=1)
         res = benchmark(m, target or self.target, target_options=self.options, input_shapes=shapes or None,
                         data=data, warmup=warmup, runs=runs, min_seconds=min_seconds)
-        out = res.to_dict(samples=True)
+        out = res.to_dict(samples=samples)
         out["board"] = self.name
         out["precision"] = precision or "fp32"
         out["power"] = {"mean_w": None, "idle_w": None, "samples": 0, "rate_hz": None, "source": None,

@@ -225,3 +225,32 @@ def test_power_and_device_checks_on_a_simulated_jetson(example_model, example_ev
     assert "FAIL simjet: device.power_mode" in proc.stdout and "FAIL simjet: device.temperature" in proc.stdout
     html = (tmp_path / "r.html").read_text()
     assert "ina3221-hwmon" in html and "Power trace" in html
+
+
+def _tflite_available() -> bool:
+    from sdk.errors import EdgeSDKError
+    from sdk.targets import target_class
+
+    try:
+        return target_class("tflite").availability().available
+    except EdgeSDKError:
+        return False
+
+
+@pytest.mark.skipif(not _tflite_available(), reason="needs the tflite target (pip install 'edgesdk[tflite]')")
+def test_tflite_model_against_its_onnx_reference(example_eval, tmp_path):
+    """A converted model (.tflite, NHWC, output 'output_0') on the board, the FP32 ONNX original
+    as the reference: outputs are matched by position and compared."""
+    data = ROOT / "tests" / "data"
+    d = np.load(example_eval)
+    np.savez(tmp_path / "nhwc.npz", image=d["x"][:80].transpose(0, 2, 3, 1).copy(), y=d["y"][:80])
+    spec = tmp_path / "s.toml"
+    spec.write_text('[run]\ntarget = "tflite"\nruns = 20\nmin_seconds = 0.05\n'
+                    '[budgets]\nmax_top1_drop = 0.01\nmin_cosine = 0.999\n')
+    proc = sdk("validate", data / "digits_float.tflite", "-b", "local", "--data", tmp_path / "nhwc.npz",
+               "--reference-model", data / "digits_float.onnx", "--spec", spec, "--json", "-", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["reference"]["model"] == "digits_float.onnx"
+    assert out["boards"][0]["compare"]["logits"]["cosine"] > 0.9999
+    assert out["boards"][0]["benchmark"]["target"] == "tflite"

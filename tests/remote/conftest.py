@@ -11,9 +11,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
 
@@ -107,7 +108,9 @@ def sshd_factory(tmp_path_factory, client_key):
             "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "UsePAM no", "StrictModes no", "PidFile none", "PermitRootLogin yes", "AllowTcpForwarding yes",
             "AllowAgentForwarding no", "X11Forwarding no", "PrintMotd no", "LogLevel ERROR", "MaxStartups 64:30:128",
-            "MaxSessions 64", f"Subsystem sftp {SFTP_SERVER or 'internal-sftp'}", ""]))
+            "MaxSessions 64", f"Subsystem sftp {SFTP_SERVER or 'internal-sftp'}",
+            # bash sources ~/.bashrc for ssh commands only when SHLVL < 2: keep a heavy one out
+            "SetEnv SHLVL=1", ""]))
         log = d / "sshd.log"
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         srv = Sshd(port=port, dir=d, proc=proc, host_key=host_key, log=log)
@@ -169,7 +172,8 @@ def board_profile(tmp_path, client_home, sshd, monkeypatch) -> Callable[..., str
             lines.append(f"port = {port or srv.port}")
         if user:
             lines.append(f'user = "{user}"')
-        lines += [f'workdir = "{wd}"', 'python = "python3"', extra, ""]
+        # the board's Python: this interpreter (it has numpy and onnxruntime), not whatever python3 is on PATH
+        lines += [f'workdir = "{wd}"', f'python = "{sys.executable}"', extra, ""]
         (boards / f"{name}.toml").write_text("\n".join(lines))
         return name
 

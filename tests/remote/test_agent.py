@@ -139,6 +139,26 @@ def test_bench_with_simulated_power(pyz, tmp_path, example_model, example_eval):
     assert dev["temperatures_after_c"]["GPU-therm"] == 39.0
 
 
+def test_bench_samples_and_power_trace(pyz, tmp_path, example_model):
+    """With ``samples``: the latency samples in run order (strided to ``max_samples``) and the
+    power trace on the window's clock, whose in-window points average to about ``mean_w``."""
+    sysfs = tmp_path / "board"
+    request = {"model_path": str(example_model), "target": "onnxruntime", "input_shapes": {"image": [1, 1, 8, 8]},
+               "runs": 300, "warmup": 2, "min_seconds": 0.6, "idle_seconds": 0.3, "samples": True, "max_samples": 100,
+               "power": {"sensors": ["ina3221-hwmon"], "sysfs_root": str(sysfs), "rate_hz": 50}}
+    with SimulatedBoard(sysfs, "jetson-jp5", update_hz=200):
+        rc, doc, err = agent(pyz, "bench", request)
+    assert rc == 0, (doc, err)
+    count, stride = doc["latency_ms"]["count"], doc["samples_stride"]
+    assert stride == -(-count // 100) and len(doc["samples_ms"]) == len(range(0, count, stride))
+    assert min(doc["samples_ms"]) >= doc["latency_ms"]["min"] and max(doc["samples_ms"]) <= doc["latency_ms"]["max"]
+    trace = doc["power"]["trace"]
+    begin, end = doc["window"]["begin_s"], doc["window"]["end_s"]
+    inside = [w for t, w in trace if begin < t < end]
+    assert any(t < doc["window"]["idle_end_s"] for t, _ in trace) and len(inside) >= 10
+    assert sum(inside) / len(inside) == pytest.approx(doc["power"]["mean_w"], rel=0.1)
+
+
 def test_bench_without_a_sensor_reports_null_with_the_reason(pyz, tmp_path, example_model):
     request = {"model_path": str(example_model), "input_shapes": {"image": [1, 1, 8, 8]}, "runs": 20, "warmup": 2,
                "min_seconds": 0.1, "idle_seconds": 0.1,

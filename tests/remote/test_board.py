@@ -3,6 +3,8 @@ sshd on loopback and through the local subprocess board. Power comes from the ag
 sysfs tree (labelled so), since this machine has no power sensors."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -80,10 +82,16 @@ def test_board_side_failures_are_one_line_naming_the_board(client_home, sshd, bo
     trust(client_home, sshd)
     nopy = board_profile("nopy")
     prof = (client_home.parent / "boards" / "nopy.toml")
-    prof.write_text(prof.read_text().replace('python = "python3"', 'python = "python3-missing"'))
+    prof.write_text(prof.read_text().replace(f'python = "{sys.executable}"', 'python = "python3-missing"'))
     with pytest.raises(RemoteCommandError) as exc:
         Board(nopy).check()
     assert str(exc.value).startswith("nopy: 'python3-missing' was not found on the board")
+    nonumpy = board_profile("nonumpy")       # -S: no site-packages, so no numpy (a bare board's Python)
+    prof = (client_home.parent / "boards" / "nonumpy.toml")
+    prof.write_text(prof.read_text().replace(f'python = "{sys.executable}"', f'python = "{sys.executable} -S"'))
+    with pytest.raises(EdgeSDKError) as exc:
+        Board(nonumpy).benchmark(static_conv_model, runs=1, min_seconds=0, idle_seconds=0)
+    assert str(exc.value).startswith("nonumpy: ") and "numpy" in str(exc.value) and "\n" not in str(exc.value)
     with Board(board_profile("nort")) as board:
         with pytest.raises(EdgeSDKError) as exc:
             board.benchmark(static_conv_model, target="no-such-runtime", runs=1, min_seconds=0, idle_seconds=0)

@@ -34,13 +34,15 @@ def _sdk(*args):
 
 def test_validate_over_ssh_pass_and_fail(board_profile, client_home, sshd, example_model, example_eval, tmp_path):
     trust(client_home, sshd)
-    name = board_profile()
-    proc = _sdk("validate", example_model, "--board", name, "--data", example_eval, "--limit", "100",
-                "--spec", _spec(tmp_path, "spec.toml"), "--json", tmp_path / "r.json", "-q")
+    name, other = board_profile(), board_profile()  # a fleet of two SSH boards: validated side by side
+    proc = _sdk("validate", example_model, "--board", name, "--board", other, "--data", example_eval,
+                "--limit", "100", "--spec", _spec(tmp_path, "spec.toml"), "--json", tmp_path / "r.json", "-q")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    board = json.loads((tmp_path / "r.json").read_text())["boards"][0]
-    assert board["board"] == name and board["verdict"] == "pass"
-    assert board["compare"]["logits"]["cosine"] > 0.9999
+    boards = json.loads((tmp_path / "r.json").read_text())["boards"]
+    assert [b["board"] for b in boards] == [name, other]
+    for board in boards:
+        assert board["verdict"] == "pass" and board["compare"]["logits"]["cosine"] > 0.9999
+        assert board["facts"]["board"]["host"] == "127.0.0.1"
     proc = _sdk("validate", example_model, "--board", name, "--data", example_eval, "--limit", "100",
                 "--spec", _spec(tmp_path, "spec_fail.toml"), "-q")
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -78,6 +78,22 @@ class PowerSampler:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+    def trace(self, origin_s: float = 0.0) -> List[List[float]]:
+        """Every sample as ``[t_s - origin_s, total_w]`` (energy counters: the mean W since the
+        previous sample), for plotting the power over time."""
+        with self._lock:
+            samples = list(self.samples)
+        out: List[List[float]] = []
+        if getattr(self.source, "kind", "power") == "energy":
+            for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
+                if t1 > t0:
+                    rails = {r: (v1[r] - v0[r]) / (t1 - t0) for r in v1 if r in v0}
+                    out.append([t1 - origin_s, float(self.source.total(rails)[0])])
+        else:
+            for t, rails in samples:
+                out.append([t - origin_s, float(self.source.total(rails)[0])])
+        return out
+
     def window(self, begin_s: float, end_s: float) -> Optional[WindowPower]:
         """Figures over ``(begin_s, end_s)`` from the samples strictly inside; None when there
         are too few (0, or 1 for an energy counter)."""

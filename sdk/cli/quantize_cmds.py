@@ -1,0 +1,121 @@
+"""``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("quantize")(quantize_cmd)
+
+
+def quantize_cmd(
+    model: str = typer.Argument(..., help="FP32 ONNX model."),
+    calib: str = typer.Option(..., "--calib", help="Calibration data: image folder, .npy/.npz file or folder."),
+    output: str = typer.Option(..., "--output", "-o", help="Where to write the INT8 QDQ model (.onnx)."),
+    method: Optional[str] = typer.Option(
+        None, "--method", help="Calibration method: minmax, percentile, entropy, mse (default: the target's)."),
+    percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile for --method percentile (99.99)."),
+    target: str = typer.Option("onnxruntime", "--target", "-t", help="Quantization scheme: onnxruntime, tensorrt, tflite."),
+    preprocess: Optional[List[str]] = typer.Option(
+        None, "--preprocess", help="Image preprocessing: spec.toml and/or key=value (size=224x224, mean=..., layout=NHWC)."),
+    input_shape: Optional[List[str]] = typer.Option(
+        None, "--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable)."),
+    eval_data: Optional[str] = typer.Option(
+        None, "--eval", help="Held-out data for the accuracy report (.npz with 'y' labels, or see --labels)."),
+    labels: Optional[str] = typer.Option(None, "--labels", help=".npy of class ids for the --eval samples."),
+    max_drop: Optional[float] = typer.Option(
+        None, "--max-drop", help="Accuracy budget in top-1 points; the most sensitive layers stay in float until it holds."),
+    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="Budget: minimum output cosine vs FP32."),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="Measure per-layer sensitivity (needs --eval)."),
+    exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable)."),
+    no_bias_correction: bool = typer.Option(False, "--no-bias-correction", help="Skip bias correction."),
+    per_tensor: bool = typer.Option(False, "--per-tensor", help="Per-tensor weights instead of per-channel."),
+    reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights (x86 without VNNI, onnxruntime)."),
+    activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Calibration processes (default: all cores)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Samples per calibration run."),
+    stats: Optional[str] = typer.Option(
+        None, "--stats", help="Calibration statistics file (.npz): reused when it matches the model, else written."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not reuse or keep statistics in the cache folder."),
+    trt_cache: Optional[str] = typer.Option(None, "--trt-cache", help="TensorRT calibration cache path (tensorrt)."),
+    trt_version: Optional[str] = typer.Option(None, "--trt-version", help="Version in the cache header, e.g. 8510."),
+    ranges: Optional[str] = typer.Option(None, "--ranges", help="Write per-tensor quantization ranges as JSON here."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write the report JSON here ('-' for stdout)."),
+) -> None:
+    """Quantize an FP32 ONNX model to INT8 (QDQ) for a target, from calibration data streamed once."""
+    from ..quantize.api import quantize
+    from ..sources import parse_preprocess
+    from ..tensors import parse_input_shapes
+    from ._common import console, err_console, write_json
+
+    spec = parse_preprocess(preprocess)
+    shapes = parse_input_shapes(input_shape or [])
+    params = {"percentile": percentile} if percentile is not None else {}
+    progress_cb, finish = _progress(err_console())
+    try:
+        result = quantize(
+            model, calib, output=output, target=target, method=method, method_params=params, preprocess=spec,
+            input_shapes=shapes or None, eval_data=eval_data, labels=labels, max_drop=max_drop,
+            min_cosine=min_cosine, sensitivity=sensitivity or None, exclude=exclude or (),
+            bias_correction=not no_bias_correction, per_channel=not per_tensor, reduce_range=reduce_range,
+            activation_dtype=activation_dtype, workers=workers, batch_size=batch_size, calib_limit=limit,
+            stats_path=stats, use_cache=not no_cache, report_path=report if report not in (None, "-") else None,
+            trt_cache=trt_cache, trt_version=trt_version, ranges_path=ranges, progress=progress_cb)
+    finally:
+        finish()
+    rep = result.report
+    if report == "-":
+        write_json("-", rep)
+        return
+    c = console()
+    cal = rep["calibration"]
+    how = f"reused {cal['reused_statistics']}" if cal["reused_statistics"] else f"{cal['time_s']:.1f} s"
+    c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
+    if cal.get("skipped"):
+        c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")
+    lay = rep["layers"]
+    c.print(f"quantized {lay['quantized']} layers, {lay['activations_with_qdq']} activations, "
+            f"{lay['weights']} weights; bias correction on {rep['bias_correction']['corrected_layers']} layers")
+    for w in rep["warnings"]:
+        c.print(f"[yellow]warning:[/yellow] {w}", markup=True)
+    acc = rep.get("accuracy")
+    if acc:
+        for name, m in acc["outputs"].items():
+            extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
+            c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")
+        if "task" in acc:
+            t = acc["task"]
+            c.print(f"top-1 accuracy: FP32 {t['fp32']:.2f}%, INT8 {t['int8']:.2f}% (drop {t['drop_points']:.2f} points)")
+    if rep.get("fallback_layers"):
+        c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
+    for kind, path in rep.get("outputs", {}).items():
+        c.print(f"wrote {kind}: {path}")
+    if report:
+        c.print(f"wrote report: {report}")
+
+
+def _progress(console):
+    """A rich progress bar over calibration samples (and sensitivity layers)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    tasks = {}
+    started = [False]
+
+    def update(stage: str, done: int, total) -> None:
+        if not started[0]:
+            bar.start()
+            started[0] = True
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(stage, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+
+    def finish() -> None:
+        if started[0]:
+            bar.stop()
+
+    return update, finish

@@ -1,0 +1,133 @@
+"""quantize(): the example model's accuracy, statistics reuse, opset upgrade, bad input, fallback."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from sdk.errors import InputError, QuantizationError
+from sdk.quantize import quantize
+from sdk.quantize.stats import CalibrationStats
+
+import qmodels
+
+
+@pytest.mark.parametrize("target", ["onnxruntime", "tensorrt", "tflite"])
+def test_example_model_top1_within_one_point(example_model, example_eval, target, tmp_path):
+    calib = example_model.parent / "calib.npz"
+    res = quantize(example_model, calib, target=target, eval_data=example_eval, output=tmp_path / "d.onnx",
+                   report_path=tmp_path / "r.json", workers=1)
+    task = res.report["accuracy"]["task"]
+    assert task["labelled"] == 450
+    assert task["drop_points"] <= 1.0, task
+    assert res.report["accuracy"]["outputs"]["logits"]["cosine"] > 0.99
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["calibration"]["samples"] == 256 and rep["method"]["name"]
+    assert rep["outputs"]["model"] == str(tmp_path / "d.onnx")
+
+
+def test_method_change_reuses_statistics(residual_model, residual_calib, tmp_path):
+    stats = tmp_path / "stats.npz"
+    first = quantize(residual_model, residual_calib, method="entropy", stats_path=stats, workers=1)
+    assert first.report["calibration"]["reused_statistics"] is None and stats.exists()
+    st = CalibrationStats.load(stats)
+    assert st.samples == 48 and "x" in st.names
+    for method, target in (("minmax", "onnxruntime"), ("mse", "tensorrt"), ("percentile", "tflite")):
+        again = quantize(residual_model, residual_calib, method=method, target=target, stats_path=stats, workers=1)
+        assert again.report["calibration"]["reused_statistics"] == str(stats)
+    # the cache (keyed by model sha256, tensor names and the data) works without a stats path too
+    quantize(residual_model, residual_calib, workers=1)
+    cached = quantize(residual_model, residual_calib, method="minmax", workers=1)
+    assert cached.report["calibration"]["reused_statistics"]
+    fresh = quantize(residual_model, residual_calib, method="minmax", workers=1, use_cache=False)
+    assert fresh.report["calibration"]["reused_statistics"] is None
+
+
+def test_opset_upgraded(tmp_path):
+    model = qmodels.residual_net(tmp_path / "op11.onnx", opset=11)
+    np.savez(tmp_path / "c.npz", x=qmodels.make_data(8, (3, 12, 12)))
+    res = quantize(model, tmp_path / "c.npz", output=tmp_path / "q.onnx", workers=1)
+    assert res.report["model"]["opset_upgraded_to"] == 13
+    proto = onnx.load(str(tmp_path / "q.onnx"))
+    assert [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] == [13]
+    assert any("opset upgraded" in w for w in res.report["warnings"])
+
+
+def test_already_quantized_and_nothing_written(residual_model, residual_calib, tmp_path):
+    quantize(residual_model, residual_calib, output=tmp_path / "q.onnx", workers=1)
+    out = tmp_path / "again.onnx"
+    with pytest.raises(QuantizationError, match="already quantized"):
+        quantize(tmp_path / "q.onnx", residual_calib, output=out, report_path=tmp_path / "r.json", workers=1)
+    assert not out.exists() and not (tmp_path / "r.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_no_quantizable_op(tmp_path):
+    model = qmodels.no_quantizable(tmp_path / "nq.onnx")
+    np.savez(tmp_path / "c.npz", x=qmodels.make_data(4, (4,)))
+    with pytest.raises(QuantizationError, match="no op that the onnxruntime scheme quantizes"):
+        quantize(model, tmp_path / "c.npz", output=tmp_path / "q.onnx", workers=1)
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_bad_data_errors(residual_model, tmp_path):
+    np.savez(tmp_path / "f64.npz", x=np.ones((2, 3, 12, 12)))
+    with pytest.raises(InputError, match="dtype float64"):
+        quantize(residual_model, tmp_path / "f64.npz", workers=1)
+    np.savez(tmp_path / "shape.npz", x=np.ones((2, 3, 10, 12), np.float32))
+    with pytest.raises(InputError, match="shape"):
+        quantize(residual_model, tmp_path / "shape.npz", workers=1)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="empty"):
+        quantize(residual_model, tmp_path / "empty", workers=1)
+    with pytest.raises(InputError, match="unknown calibration method"):
+        quantize(residual_model, tmp_path / "shape.npz", method="kl")
+    with pytest.raises(InputError, match="need held-out data"):
+        np.savez(tmp_path / "ok.npz", x=qmodels.make_data(4, (3, 12, 12)))
+        quantize(residual_model, tmp_path / "ok.npz", max_drop=1.0, workers=1)
+
+
+def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval, tmp_path):
+    base = quantize(residual_model, residual_calib, eval_data=residual_eval, sensitivity=True, workers=1,
+                    method="minmax")
+    sens = base.report["sensitivity"]
+    assert len(sens) == base.report["layers"]["quantized"]
+    assert [r["cosine"] for r in sens] == sorted(r["cosine"] for r in sens)  # most sensitive first
+    cos = base.report["accuracy"]["outputs"]["logits"]["cosine"]
+    # a budget just above what full INT8 reaches: the most sensitive layers go back to float
+    target = 1 - (1 - cos) / 3
+    res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=target, workers=1,
+                   method="minmax", output=tmp_path / "fb.onnx")
+    fb = res.report["fallback_layers"]
+    assert fb and fb[0] == sens[0]["layer"]
+    assert res.report["budget"]["holds"] is True
+    assert res.report["accuracy"]["outputs"]["logits"]["cosine"] >= target
+    assert res.report["layers"]["quantized"] == base.report["layers"]["quantized"] - len(fb)
+    # an impossible budget: every allowed fallback is tried, then a warning
+    res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=1.0, max_fallback=2,
+                   workers=1, method="minmax")
+    assert len(res.report["fallback_layers"]) == 2 and res.report["budget"]["holds"] is False
+    assert any("budget does not hold" in w for w in res.report["warnings"])
+
+
+def test_bias_correction_reduces_mean_error(residual_model, residual_calib, residual_eval):
+    on = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax")
+    off = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax",
+                   bias_correction=False)
+    assert on.report["bias_correction"]["corrected_layers"] >= 6
+    assert off.report["bias_correction"]["corrected_layers"] == 0
+    snr_on = on.report["accuracy"]["outputs"]["logits"]["snr_db"]
+    snr_off = off.report["accuracy"]["outputs"]["logits"]["snr_db"]
+    assert snr_on > snr_off - 1.0  # never much worse; usually better
+
+
+def test_iterable_and_labels_file(residual_model, tmp_path):
+    rng = np.random.default_rng(0)
+    data = [{"x": rng.standard_normal((4, 3, 12, 12)).astype(np.float32)} for _ in range(4)]
+    np.savez(tmp_path / "ev.npz", x=qmodels.make_data(8, (3, 12, 12), seed=5))
+    np.save(tmp_path / "y.npy", np.arange(8) % 10)
+    res = quantize(residual_model, data, eval_data=tmp_path / "ev.npz", labels=tmp_path / "y.npy", workers=1)
+    assert res.report["calibration"]["samples"] == 16
+    assert res.report["accuracy"]["task"]["labelled"] == 8

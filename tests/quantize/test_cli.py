@@ -1,0 +1,64 @@
+"""`sdk quantize` end to end (subprocess): outputs, report, one-line errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def sdk(*args, env_cache=None):
+    env = dict(os.environ)
+    if env_cache:
+        env["EDGESDK_CACHE"] = str(env_cache)
+    return subprocess.run([sys.executable, "-m", "sdk", *map(str, args)], capture_output=True, text=True,
+                          timeout=180, env=env)
+
+
+def test_quantize_example_tensorrt(example_model, example_eval, tmp_path):
+    calib = example_model.parent / "calib.npz"
+    out = tmp_path / "q.onnx"
+    p = sdk("quantize", example_model, "--calib", calib, "--eval", example_eval, "--target", "tensorrt",
+            "--method", "percentile", "--percentile", "99.9", "--max-drop", "1", "-o", out,
+            "--report", tmp_path / "r.json", "--workers", "1", env_cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    assert "top-1 accuracy: FP32" in p.stdout and "wrote trt_cache" in p.stdout
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["target"] == "tensorrt" and rep["method"] == {"name": "percentile", "params": {"percentile": 99.9}}
+    assert rep["budget"]["holds"] is True
+    assert out.exists() and (tmp_path / "q.calib.cache").read_text().startswith("TRT-8510-EntropyCalibration2\n")
+
+
+def test_quantize_json_report_to_stdout(example_model, tmp_path):
+    calib = example_model.parent / "calib.npz"
+    p = sdk("quantize", example_model, "--calib", calib, "-o", tmp_path / "q.onnx", "--report", "-",
+            "--limit", "32", "--workers", "1", "--target", "tflite", env_cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["calibration"]["samples"] == 32 and rep["outputs"]["ranges"].endswith("q.ranges.json")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target", "coreml"], "unknown quantization target 'coreml'"),
+    (["--method", "kl"], "unknown calibration method 'kl'"),
+    (["--preprocess", "size=big"], "preprocess size"),
+])
+def test_bad_options_one_line(example_model, tmp_path, args, message):
+    p = sdk("quantize", example_model, "--calib", example_model.parent / "calib.npz", "-o", tmp_path / "q.onnx",
+            *args, env_cache=tmp_path / "c")
+    assert p.returncode == 2
+    assert p.stderr.startswith("error: ") and message in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "q.onnx").exists()
+
+
+def test_bad_calibration_folder(example_model, tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.png").write_bytes(b"garbage")
+    p = sdk("quantize", example_model, "--calib", tmp_path / "imgs", "-o", tmp_path / "q.onnx",
+            "--preprocess", "size=8x8", env_cache=tmp_path / "c")
+    assert p.returncode == 2 and p.stderr.startswith("error: ")
+    assert "no usable image" in p.stderr or "opencv" in p.stderr or "3 channels" in p.stderr or "shape" in p.stderr
+    assert not (tmp_path / "q.onnx").exists()

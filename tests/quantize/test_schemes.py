@@ -1,0 +1,163 @@
+"""Each target scheme's Q/DQ rules, checked on the emitted graphs (which must pass the ONNX checker
+and load in ONNX Runtime)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from sdk.errors import InputError
+from sdk.quantize import quantize
+from sdk.quantize.schemes import get_scheme, scheme_names
+
+
+def _q(model, calib, target, tmp_path, **kw):
+    out = tmp_path / f"{target}.onnx"
+    res = quantize(model, calib, target=target, output=out, workers=1, **kw)
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto)
+    ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    return res, proto
+
+
+class View:
+    def __init__(self, proto):
+        self.g = proto.graph
+        self.inits = {t.name: numpy_helper.to_array(t) for t in self.g.initializer}
+        self.producer = {o: n for n in self.g.node for o in n.output}
+        self.nodes = {n.name: n for n in self.g.node}
+
+    def of(self, op):
+        return [n for n in self.g.node if n.op_type == op]
+
+    def src(self, tensor):
+        return self.producer.get(tensor)
+
+    def dq_input(self, node, i):
+        """The DequantizeLinear feeding input i of node (or None)."""
+        p = self.src(node.input[i])
+        return p if p is not None and p.op_type == "DequantizeLinear" else None
+
+    def axis(self, node):
+        return next((a.i for a in node.attribute if a.name == "axis"), None)
+
+
+def test_registry():
+    assert scheme_names()[:3] == ["onnxruntime", "tensorrt", "tflite"]
+    assert get_scheme("trt").name == "tensorrt"
+    with pytest.raises(InputError, match="known: onnxruntime"):
+        get_scheme("coreml")
+    with pytest.raises(InputError, match="uint8"):
+        get_scheme("tensorrt", activation_dtype="uint8")
+
+
+def test_onnxruntime_rules(residual_model, residual_calib, tmp_path):
+    res, proto = _q(residual_model, residual_calib, "onnxruntime", tmp_path)
+    v = View(proto)
+    convs = v.of("Conv")
+    assert len(convs) == 6
+    for c in convs:
+        wdq = v.dq_input(c, 1)
+        assert wdq is not None and v.inits[wdq.input[0]].dtype == np.int8      # int8 initializer -> DQ
+        assert v.axis(wdq) == 0 and v.inits[wdq.input[1]].shape == (v.inits[wdq.input[0]].shape[0],)
+        assert np.abs(v.inits[wdq.input[0]]).max() <= 127
+        assert np.all(v.inits[wdq.input[2]] == 0)                              # symmetric weights
+        xdq = v.dq_input(c, 0)
+        assert xdq is not None and v.inits[xdq.input[2]].dtype == np.uint8    # asymmetric uint8 activations
+        bdq = v.dq_input(c, 2)
+        assert bdq is not None and v.inits[bdq.input[0]].dtype == np.int32    # int32 bias, scale s_in * s_w
+        np.testing.assert_allclose(v.inits[bdq.input[1]], v.inits[xdq.input[1]] * v.inits[wdq.input[1]], rtol=1e-6)
+    # Relu after a conv: no Q/DQ between them (ORT folds the Relu into the Q that follows it)
+    for r in v.of("Relu"):
+        p = v.src(r.input[0])
+        assert p is not None and p.op_type in ("Conv", "Add")
+    # residual Add, Concat, MaxPool, GAP, Gemm are int8 islands: all inputs come through DQ
+    for op in ("Add", "Concat", "GlobalAveragePool", "MaxPool", "Gemm"):
+        for n in v.of(op):
+            assert v.dq_input(n, 0) is not None, op
+    # MaxPool keeps one scale in and out (ORT runs it on int8 directly)
+    mp = v.of("MaxPool")[0]
+    cons = [n for n in v.g.node if mp.output[0] in n.input]
+    q_out = [n for n in cons if n.op_type == "QuantizeLinear"][0]
+    assert v.inits[q_out.input[1]] == v.inits[v.dq_input(mp, 0).input[1]]
+    # the graph output stays float
+    assert v.src("logits").op_type == "Gemm"
+    assert res.report["layers"]["quantized"] >= 10
+
+
+def test_onnxruntime_reduce_range_and_int8(residual_model, residual_calib, tmp_path):
+    _, proto = _q(residual_model, residual_calib, "onnxruntime", tmp_path, reduce_range=True,
+                  activation_dtype="int8")
+    v = View(proto)
+    for c in v.of("Conv"):
+        assert np.abs(v.inits[v.dq_input(c, 1).input[0]]).max() <= 63
+        assert v.inits[v.dq_input(c, 0).input[2]].dtype == np.int8
+
+
+def test_tensorrt_rules(residual_model, residual_calib, tmp_path):
+    res, proto = _q(residual_model, residual_calib, "tensorrt", tmp_path)
+    v = View(proto)
+    for q in v.of("QuantizeLinear") + v.of("DequantizeLinear"):
+        zp = v.inits[q.input[2]]
+        assert zp.dtype == np.int8 and np.all(zp == 0)                        # symmetric, zero point 0
+        assert np.all(v.inits[q.input[1]] > 0)
+    for c in v.of("Conv"):
+        wdq = v.dq_input(c, 1)
+        wq = v.src(wdq.input[0])
+        assert wq.op_type == "QuantizeLinear" and v.inits[wq.input[0]].dtype == np.float32  # float W -> Q -> DQ
+        assert v.axis(wq) == 0 and v.axis(wdq) == 0
+        assert len(c.input) < 3 or c.input[2] in v.inits and v.inits[c.input[2]].dtype == np.float32  # float bias
+        assert v.dq_input(c, 0) is not None
+    add = v.of("Add")[0]
+    # shortcut (input 0, the stem Relu) quantized, conv branch (input 1) left alone
+    assert v.dq_input(add, 0) is not None and v.dq_input(add, 1) is None
+    assert v.src(add.input[1]).op_type == "Conv"
+    cat = v.of("Concat")[0]
+    scales = {float(v.inits[v.dq_input(cat, i).input[1]]) for i in range(2)}
+    assert len(scales) == 1                                                    # Concat inputs share one scale
+    assert not v.of("Relu") or all(v.dq_input(r, 0) is None for r in v.of("Relu"))  # outputs not quantized
+    assert res.report["layers"]["int32_biases"] == 0
+
+
+def test_tensorrt_convtranspose_axis_and_bn_kept(bn_model, bn_calib, tmp_path):
+    _, proto = _q(bn_model, bn_calib, "tensorrt", tmp_path)
+    v = View(proto)
+    ct = v.of("ConvTranspose")[0]
+    wq = v.src(v.dq_input(ct, 1).input[0])
+    assert v.axis(wq) == 1 and v.inits[wq.input[1]].shape == (4,)
+    assert v.of("BatchNormalization")                                          # not folded for TensorRT
+
+
+def test_onnxruntime_folds_batchnorm(bn_model, bn_calib, tmp_path):
+    res, proto = _q(bn_model, bn_calib, "onnxruntime", tmp_path)
+    assert not View(proto).of("BatchNormalization")
+    assert res.report["model"]["batchnorm_folded"] == 1
+
+
+def test_tflite_rules(residual_model, residual_calib, bn_model, bn_calib, tmp_path):
+    res, proto = _q(residual_model, residual_calib, "tflite", tmp_path)
+    v = View(proto)
+    for dq in v.of("DequantizeLinear"):
+        assert v.inits[dq.input[0]].dtype in (np.int8, np.int32) if dq.input[0] in v.inits \
+            else v.inits[dq.input[2]].dtype == np.int8                           # int8 activations
+    ranges = json.loads((tmp_path / "tflite.ranges.json").read_text())
+    assert ranges["scheme"] == "tflite"
+    cat = v.of("Concat")[0]
+    originals = [v.src(v.dq_input(cat, i).input[0]).input[0] for i in range(len(cat.input))]
+    groups = {ranges["activations"][t]["shared_group"] for t in originals}
+    assert len(groups) == 1 and None not in groups                             # Concat shares one scale
+    dw = [w for w in ranges["weights"].values() if w["op"] == "DepthwiseConv"]
+    assert dw and dw[0]["tflite_axis"] == 3 and dw[0]["axis"] == 0
+    assert all(w["tflite_axis"] == 0 for w in ranges["weights"].values() if w["op"] == "Conv")
+    fc = [w for w in ranges["weights"].values() if w["op"] == "Gemm"][0]
+    assert fc["axis"] is None and len(fc["scale"]) == 1                       # FullyConnected per-tensor
+    # Sigmoid output fixed to (1/256, -128)
+    res2, proto2 = _q(bn_model, bn_calib, "tflite", tmp_path)
+    v2 = View(proto2)
+    sig = v2.of("Sigmoid")[0]
+    q = [n for n in v2.g.node if n.op_type == "QuantizeLinear" and n.input[0] == sig.output[0]][0]
+    assert float(v2.inits[q.input[1]]) == pytest.approx(1 / 256) and int(v2.inits[q.input[2]]) == -128
