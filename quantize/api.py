@@ -121,10 +121,13 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
     return st, {"reused": None, "time_s": elapsed}
 
 
-def _ranges(stats: CalibrationStats, method: str, params: Mapping[str, Any], symmetric: bool) -> Dict[str, Tuple[float, float]]:
+def _ranges(stats: CalibrationStats, method: str, params: Mapping[str, Any], symmetric: bool,
+            names: Optional[Iterable[str]] = None) -> Dict[str, Tuple[float, float]]:
+    """Ranges of ``names`` (default: every calibrated tensor) by ``method``."""
     from .methods import compute_range
 
-    return {n: compute_range(t, method, symmetric, **params) for n, t in stats.tensors.items() if t.seen}
+    wanted = stats.tensors if names is None else [n for n in names if n in stats.tensors]
+    return {n: compute_range(stats.tensors[n], method, symmetric, **params) for n in wanted if stats.tensors[n].seen}
 
 
 class _Builder:
@@ -222,7 +225,13 @@ def quantize(
     folded = 0
     if scheme.fold_batchnorm:
         work, folded = fold_batchnorm(work)
-    ranges = _ranges(stats, method, dict(method_params or {}), scheme.activation_symmetric)
+    # ranges of what the scheme can quantize (all tensors for TensorRT's cache and exported ranges)
+    if scheme.name in ("tensorrt", "tflite") or ranges_path is not None:
+        wanted = None
+    else:
+        full = scheme.plan(GraphIndex(work))
+        wanted = set(full.activations) | {t for g in full.shared for t in g}
+    ranges = _ranges(stats, method, dict(method_params or {}), scheme.activation_symmetric, wanted)
     builder = _Builder(work, scheme, stats, ranges, bias_correction)
     qproto, plan, qparams = builder.build(exclude=exclude)
     if not plan.layers:

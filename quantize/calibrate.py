@@ -24,11 +24,26 @@ ProgressFn = Callable[[int, Optional[int]], None]
 _CHANNEL_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
 
-def calibration_tensors(proto: Any) -> Dict[str, List[str]]:
-    """``{"tensors": [...], "channels": [...]}``: every float activation of the graph, and those
-    that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias correction)."""
+_FOLDING_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
+_FOLDED = ("Relu", "Clip")
+
+
+def calibration_tensors(proto: Any, all_tensors: bool = False) -> Dict[str, List[str]]:
+    """``{"tensors": [...], "channels": [...]}``: the float activations to calibrate, and those
+    that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias correction).
+
+    Every float activation is calibrated except the output of a Conv/Gemm/MatMul/Add read only by a
+    Relu/Clip: no scheme quantizes it (the activation folds into the op, the Q/DQ goes after it), and
+    these pre-activation tensors are the largest of a network. ``all_tensors`` keeps them too."""
     idx = GraphIndex(proto)
     names = idx.activation_tensors()
+    if not all_tensors:
+        def folded(t: str) -> bool:
+            p = idx.producer.get(t)
+            cons = idx.consumers.get(t, [])
+            return (p is not None and p.op_type in _FOLDING_PRODUCERS and bool(cons) and t not in idx.graph_outputs
+                    and all(c.op_type in _FOLDED for c, _ in cons))
+        names = [n for n in names if not folded(n)]
     chans = sorted({n.input[0] for n in proto.graph.node if n.op_type in _CHANNEL_OPS and n.input
                     and n.input[0] in set(names)})
     return {"tensors": names, "channels": chans}
@@ -67,6 +82,9 @@ def _session(path: str, threads: int):
     so.intra_op_num_threads = max(1, threads)
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    # every intermediate is an output here: without the arena, a batch's buffers go back to the OS
+    # after the run instead of staying reserved at the largest size seen
+    so.enable_cpu_mem_arena = False
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:

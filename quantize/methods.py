@@ -102,17 +102,29 @@ def percentile(stats: TensorStats, symmetric: bool, percentile: float) -> Range:
     return (max(edges[j_lo], stats.min), min(edges[j_hi + 1], stats.max))
 
 
-@register_method("entropy", {"num_quantized_bins": 128})
-def entropy(stats: TensorStats, symmetric: bool, num_quantized_bins: int) -> Range:
+@register_method("entropy", {"num_quantized_bins": 128, "saturation": 1e-3})
+def entropy(stats: TensorStats, symmetric: bool, num_quantized_bins: int, saturation: float) -> Range:
     """The threshold of ``|x|`` minimising KL(P || Q), where P is the histogram clipped at the
     threshold (outliers folded into the last bin) and Q its quantization to ``num_quantized_bins``
     levels (TensorRT's EntropyCalibrator2 idea, candidates from ``num_quantized_bins`` bins up, levels
     spread evenly). Exact zeros are left out of the histogram (as ncnn does): after a ReLU they can
-    be half the values and would pull the threshold far down. Every candidate is evaluated at once,
-    in closed form, from prefix sums of the histogram."""
+    be half the values and would pull the threshold far down. A side whose extreme value holds at
+    least ``saturation`` of the non-zero values (ReLU6 / Clip outputs) keeps its bound. Every
+    candidate is evaluated at once, in closed form, from prefix sums of the histogram."""
     h, w = stats.abs_hist(exclude_zeros=True)
-    t = _kl_threshold(h.astype(np.float64), int(num_quantized_bins))
-    return _from_threshold(stats, min(t * w, stats.absmax), symmetric)
+    t = min(_kl_threshold(h.astype(np.float64), int(num_quantized_bins)) * w, stats.absmax)
+    lo, hi = _from_threshold(stats, t, symmetric)
+    # a point mass at an extreme is a saturating activation (ReLU6, Clip): its bound is signal, and
+    # clipping below it would move every saturated value, so that side keeps the bound
+    nonzero = max(1, stats.count - stats.zeros)
+    if stats.max > 0 and stats.at_max >= saturation * nonzero:
+        hi = max(hi, stats.max)
+    if stats.min < 0 and stats.at_min >= saturation * nonzero:
+        lo = min(lo, stats.min)
+    if symmetric:
+        t = max(-lo, hi)
+        return (-t, t)
+    return (lo, hi)
 
 
 def _kl_threshold(h: np.ndarray, nq: int) -> int:

@@ -41,6 +41,8 @@ class TensorStats:
     count: int = 0
     nonfinite: int = 0
     zeros: int = 0
+    at_min: int = 0   # values equal to the minimum (a point mass there: a saturating activation)
+    at_max: int = 0
     min: float = math.inf
     max: float = -math.inf
     width: float = 0.0
@@ -61,17 +63,23 @@ class TensorStats:
         if x.dtype != np.float32 and x.dtype != np.float64:
             x = x.astype(np.float32)
         flat = x.ravel()
-        finite = np.isfinite(flat)
-        if not finite.all():
+        if flat.size == 0:
+            return
+        lo, hi = float(flat.min()), float(flat.max())  # NaN propagates: finite extremes mean all finite
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = np.isfinite(flat)
             self.nonfinite += int(flat.size - np.count_nonzero(finite))
             flat = flat[finite]
             x = None  # channel sums need the full shape; skip them for this batch
-        if flat.size == 0:
-            return
-        lo, hi = float(flat.min()), float(flat.max())
+            if flat.size == 0:
+                return
+            lo, hi = float(flat.min()), float(flat.max())
         self.count += int(flat.size)
-        self.zeros += int(flat.size - np.count_nonzero(flat))
-        self.min, self.max = min(self.min, lo), max(self.max, hi)
+        zeros = int(flat.size - np.count_nonzero(flat))
+        self.zeros += zeros
+        n_lo = zeros if lo == 0.0 else int(np.count_nonzero(flat == lo))  # ReLU outputs: min is 0
+        n_hi = n_lo if hi == lo else int(np.count_nonzero(flat == hi))
+        self._extremes(lo, n_lo, hi, n_hi)
         if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
             s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
             if self.channel_sum is None or len(self.channel_sum) == len(s):
@@ -84,8 +92,22 @@ class TensorStats:
                 return
         while not self._fits(lo, hi, self.width):
             self._coarsen()
-        idx = np.floor(flat / self.width).astype(np.int64) + self.nbins
-        self.hist += np.bincount(idx, minlength=2 * self.nbins)
+        # x * (1/w) is exact for a power-of-two w (in float32 too), so floor() gives the exact bin
+        t = flat * flat.dtype.type(1.0 / self.width)
+        np.floor(t, out=t)
+        t += self.nbins  # small integers: exact in float32
+        self.hist += np.bincount(t.astype(np.intp), minlength=2 * self.nbins)
+
+    def _extremes(self, lo: float, n_lo: int, hi: float, n_hi: int) -> None:
+        """Fold another min/max (with how many values sit exactly there) into self."""
+        if lo < self.min:
+            self.min, self.at_min = lo, n_lo
+        elif lo == self.min:
+            self.at_min += n_lo
+        if hi > self.max:
+            self.max, self.at_max = hi, n_hi
+        elif hi == self.max:
+            self.at_max += n_hi
 
     def _fits(self, lo: float, hi: float, w: float) -> bool:
         return math.floor(hi / w) < self.nbins and math.floor(lo / w) >= -self.nbins
@@ -120,7 +142,8 @@ class TensorStats:
         if o.width:
             o.coarsen_to(w)  # replaces o.hist, never modifies other's array
         self.hist = self.hist + o.hist
-        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+        if other.count:
+            self._extremes(other.min, other.at_min, other.max, other.at_max)
         if other.channel_sum is not None:
             if self.channel_sum is None:
                 self.channel_sum = other.channel_sum.copy()
@@ -163,7 +186,8 @@ class TensorStats:
     # -- (de)serialisation ---------------------------------------------------------------------------------
     def to_arrays(self, prefix: str) -> Dict[str, np.ndarray]:
         out = {
-            prefix + "scalars": np.array([self.count, self.nonfinite, self.channel_count, self.zeros], np.int64),
+            prefix + "scalars": np.array([self.count, self.nonfinite, self.channel_count, self.zeros, self.at_min,
+                                          self.at_max], np.int64),
             prefix + "range": np.array([self.min, self.max, self.width], np.float64),
             prefix + "hist": self.hist,
         }
@@ -173,11 +197,11 @@ class TensorStats:
 
     @classmethod
     def from_arrays(cls, name: str, arrays: Mapping[str, np.ndarray], prefix: str) -> "TensorStats":
-        count, nonfinite, ch_count, zeros = (int(v) for v in arrays[prefix + "scalars"])
+        count, nonfinite, ch_count, zeros, at_min, at_max = (int(v) for v in arrays[prefix + "scalars"])
         lo, hi, width = (float(v) for v in arrays[prefix + "range"])
         hist = np.asarray(arrays[prefix + "hist"], np.int64)
         chsum = arrays.get(prefix + "chsum")
-        return cls(name, len(hist) // 2, count, nonfinite, zeros, lo, hi, width, hist.copy(),
+        return cls(name, len(hist) // 2, count, nonfinite, zeros, at_min, at_max, lo, hi, width, hist.copy(),
                    None if chsum is None else np.asarray(chsum, np.float64), ch_count)
 
 

@@ -9,6 +9,8 @@ The Python API, loaded lazily so ``import sdk`` stays fast and needs no runtime:
         outputs = session.run({"x": x})
     result = sdk.benchmark(model, "onnxruntime", runs=200, min_seconds=2)
     print(result.stats.p99_ms)
+    with sdk.Board("local") as board:                   # or a Jetson profile: same API over SSH
+        print(board.benchmark(model)["latency_ms"]["p50"])
 """
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ _LAZY = {
     "target_names": "sdk.targets",
     "benchmark": "sdk.targets.measure",
     "BenchResult": "sdk.targets.measure",
+    "Board": "sdk.remote",
+    "run_fleet": "sdk.remote",
+    "validate": "sdk.validation",
+    "load_spec": "sdk.spec",
+    "compare_outputs": "sdk.metrics",
     "errors": "sdk.errors",
     "EdgeSDKError": "sdk.errors",
 }

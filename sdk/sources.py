@@ -523,7 +523,7 @@ def parse_preprocess(items: Optional[Sequence[str]]) -> Any:
 
 def _read_toml(p: Path) -> Dict[str, Any]:
     try:
-        import tomllib  # type: ignore[import-not-found]
+        import tomllib  # type: ignore[import-not-found]  # novermin (guarded: Python 3.11+)
     except ImportError:  # Python < 3.11
         try:
             import tomli as tomllib  # type: ignore[no-redef]

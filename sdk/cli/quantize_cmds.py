@@ -54,16 +54,20 @@ def quantize_cmd(
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}
+    import warnings
+
     progress_cb, finish = _progress(err_console())
     try:
-        result = quantize(
-            model, calib, output=output, target=target, method=method, method_params=params, preprocess=spec,
-            input_shapes=shapes or None, eval_data=eval_data, labels=labels, max_drop=max_drop,
-            min_cosine=min_cosine, sensitivity=sensitivity or None, exclude=exclude or (),
-            bias_correction=not no_bias_correction, per_channel=not per_tensor, reduce_range=reduce_range,
-            activation_dtype=activation_dtype, workers=workers, batch_size=batch_size, calib_limit=limit,
-            stats_path=stats, use_cache=not no_cache, report_path=report if report not in (None, "-") else None,
-            trt_cache=trt_cache, trt_version=trt_version, ranges_path=ranges, progress=progress_cb)
+        with warnings.catch_warnings():  # the report's warnings are printed below, once
+            warnings.simplefilter("ignore", UserWarning)
+            result = quantize(
+                model, calib, output=output, target=target, method=method, method_params=params, preprocess=spec,
+                input_shapes=shapes or None, eval_data=eval_data, labels=labels, max_drop=max_drop,
+                min_cosine=min_cosine, sensitivity=sensitivity or None, exclude=exclude or (),
+                bias_correction=not no_bias_correction, per_channel=not per_tensor, reduce_range=reduce_range,
+                activation_dtype=activation_dtype, workers=workers, batch_size=batch_size, calib_limit=limit,
+                stats_path=stats, use_cache=not no_cache, report_path=report if report not in (None, "-") else None,
+                trt_cache=trt_cache, trt_version=trt_version, ranges_path=ranges, progress=progress_cb)
     finally:
         finish()
     rep = result.report
@@ -89,6 +93,9 @@ def quantize_cmd(
         if "task" in acc:
             t = acc["task"]
             c.print(f"top-1 accuracy: FP32 {t['fp32']:.2f}%, INT8 {t['int8']:.2f}% (drop {t['drop_points']:.2f} points)")
+    if rep.get("sensitivity"):
+        worst = ", ".join(f"{r['layer']} ({r['cosine']:.5f})" for r in rep["sensitivity"][:5])
+        c.print(f"most sensitive layers (output cosine when quantized alone): {worst}")
     if rep.get("fallback_layers"):
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
     for kind, path in rep.get("outputs", {}).items():

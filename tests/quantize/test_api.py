@@ -131,3 +131,17 @@ def test_iterable_and_labels_file(residual_model, tmp_path):
     res = quantize(residual_model, data, eval_data=tmp_path / "ev.npz", labels=tmp_path / "y.npy", workers=1)
     assert res.report["calibration"]["samples"] == 16
     assert res.report["accuracy"]["task"]["labelled"] == 8
+
+
+def test_image_folder_with_undecodable_file(residual_model, tmp_path):
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is not installed")
+    from sdk.sources import parse_preprocess
+
+    rng = np.random.default_rng(0)
+    for i in range(10):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), rng.integers(0, 255, (20, 16, 3), dtype=np.uint8))
+    (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8\xff broken")
+    spec = parse_preprocess(["size=12x12", "mean=127,127,127", "std=64"])
+    with pytest.warns(UserWarning, match="bad.jpg"):
+        res = quantize(residual_model, tmp_path, preprocess=spec, workers=1)
+    assert res.report["calibration"]["samples"] == 10 and res.report["calibration"]["skipped"] == 1

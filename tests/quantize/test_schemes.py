@@ -133,9 +133,10 @@ def test_tensorrt_convtranspose_axis_and_bn_kept(bn_model, bn_calib, tmp_path):
 
 
 def test_onnxruntime_folds_batchnorm(bn_model, bn_calib, tmp_path):
-    res, proto = _q(bn_model, bn_calib, "onnxruntime", tmp_path)
+    res, proto = _q(bn_model, bn_calib, "onnxruntime", tmp_path, eval_data=bn_calib)
     assert not View(proto).of("BatchNormalization")
     assert res.report["model"]["batchnorm_folded"] == 1
+    assert res.report["accuracy"]["outputs"][proto.graph.output[0].name]["cosine"] > 0.999  # folding is exact
 
 
 def test_tflite_rules(residual_model, residual_calib, bn_model, bn_calib, tmp_path):

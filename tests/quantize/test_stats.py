@@ -32,7 +32,8 @@ def test_streamed_histogram_equals_batch():
     batch = _stats([np.concatenate(chunks)])
     assert streamed.width == batch.width
     np.testing.assert_array_equal(streamed.hist, batch.hist)
-    assert (streamed.min, streamed.max, streamed.count, streamed.zeros) == (batch.min, batch.max, batch.count, batch.zeros)
+    assert (streamed.min, streamed.max, streamed.count, streamed.zeros, streamed.at_min, streamed.at_max) == \
+        (batch.min, batch.max, batch.count, batch.zeros, batch.at_min, batch.at_max)
     assert streamed.hist.sum() == sum(len(c) for c in chunks)
     for m in method_names():
         assert compute_range(streamed, m, True) == compute_range(batch, m, True)
@@ -135,3 +136,20 @@ def test_all_zero_tensor():
     assert compute_range(t, "entropy", False) == (0.0, 0.0)
     t.merge(_stats([np.ones(4, np.float32)]))
     assert t.hist.sum() == 14 and t.max == 1.0
+
+
+def test_entropy_keeps_a_saturation_bound():
+    """ReLU6 outputs: a point mass at 6 is signal; entropy keeps the bound instead of clipping it."""
+    rng = np.random.default_rng(0)
+    x = np.clip(np.maximum(rng.standard_normal(200000) * 1.5, 0), 0, 6).astype(np.float32)
+    x[:2000] = 6.0  # 1% saturated
+    t = _stats([x[:50000], x[50000:]])
+    assert t.at_max == int(np.sum(x == 6.0)) and t.zeros == int(np.sum(x == 0))
+    assert compute_range(t, "entropy", False) == (0.0, 6.0)
+    assert compute_range(t, "entropy", True) == (-6.0, 6.0)
+    # a long tail without a point mass is clipped; the same tail ending in a point mass keeps its end
+    y = np.maximum(rng.standard_normal(200000) * 1.5, 0).astype(np.float32)
+    hi_tail = compute_range(_stats([y]), "entropy", False)[1]
+    assert hi_tail < float(y.max())
+    y[:300] = y.max()  # 0.3% of the non-zero values at the top
+    assert compute_range(_stats([y]), "entropy", False)[1] == float(y.max())
