@@ -222,6 +222,9 @@ def _calibrate_pool(path, names, chans, sha, nbins, threads, workers, batches, t
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        # after an error the queues may hold batches nobody will read: don't block at exit on them
+        pass  # tasks.cancel_join_thread()
+        pass
 
 
 def _start_clean(procs) -> None:

@@ -75,7 +75,19 @@ class Session:
     def __init__(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]):
         self.inputs: List[TensorSpec] = list(inputs)
         self.outputs: List[TensorSpec] = list(outputs)
+        #: Shapes a backend proposes for its dynamic inputs (TFLite: the allocated shape); used for
+        #: random inputs when the caller gives none.
+        self.default_shapes: Dict[str, Tuple[int, ...]] = {}
         self._closed = False
+
+    def input_shapes(self, shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Dict[str, Tuple[int, ...]]:
+        """Concrete shapes of every input: ``shapes`` where given, else :attr:`default_shapes`,
+        else the spec's static shape (:class:`InputError` for a dynamic dim left open)."""
+        from ..tensors import check_input_names
+
+        check_input_names(shapes or {}, self.inputs)
+        known = {**self.default_shapes, **dict(shapes or {})}
+        return {s.name: s.resolve(known.get(s.name)) for s in self.inputs}
 
     def __enter__(self) -> "Session":
         return self

@@ -17,7 +17,7 @@ from ..hostinfo import host_info
 from .base import Artifact, Session, Target
 from .registry import get_target
 
-__all__ = ["BenchResult", "benchmark", "benchmark_session"]
+__all__ = ["BenchResult", "benchmark", "benchmark_session", "describe_inputs"]
 
 
 @dataclass
@@ -54,9 +54,7 @@ class BenchResult:
 
 def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], data: Any, seed: int) -> List[Feed]:
     if data is None:
-        # A session may name shapes for its dynamic inputs (TFLite: the allocated shape).
-        shapes = {**dict(getattr(session, "default_shapes", None) or {}), **dict(shapes or {})}
-        return [random_feed(session.inputs, shapes, seed=seed)]
+        return [random_feed(session.inputs, session.input_shapes(shapes), seed=seed)]
     if isinstance(data, (str, os.PathLike)):
         feeds = list(itertools.islice(iter_feeds(data, session.inputs), 0, 64))
     elif isinstance(data, Mapping):
@@ -68,6 +66,17 @@ def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], 
     for i, f in enumerate(feeds):
         check_feed(f, session.inputs, source=f"input sample {i}")
     return feeds
+
+
+def describe_inputs(session: Session, input_shapes: Optional[Mapping[str, Sequence[int]]], data: Any) -> List[Dict[str, Any]]:
+    """The ``inputs`` block of a result: each input's spec, with the concrete shape the random
+    feeds had when no ``data`` was given."""
+    out = [s.to_dict() for s in session.inputs]
+    if data is None:
+        shapes = session.input_shapes(input_shapes)
+        for d in out:
+            d["shape"] = list(shapes[d["name"]])
+    return out
 
 
 def benchmark_session(
@@ -125,12 +134,7 @@ def benchmark(
     with tgt.open(artifact) as session:
         run = benchmark_session(session, input_shapes=input_shapes, data=data, warmup=warmup, runs=runs,
                                 min_seconds=min_seconds, max_seconds=max_seconds, seed=seed)
-        feeds_desc = [s.to_dict() for s in session.inputs]
-        if data is None:
-            shapes = {**dict(getattr(session, "default_shapes", None) or {}), **dict(input_shapes or {})}
-            for d in feeds_desc:
-                spec = next(s for s in session.inputs if s.name == d["name"])
-                d["shape"] = list(spec.resolve(shapes.get(spec.name)))
+        feeds_desc = describe_inputs(session, input_shapes, data)
     describe = tgt.describe()
     describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
     return BenchResult(

@@ -129,7 +129,7 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     _check_keys(request, "bench", _BENCH_KEYS, ("model_path",))
     _need_numpy("the board agent's bench")
     from ...hostinfo import host_info
-    from ...targets.measure import BenchResult, benchmark_session
+    from ...targets.measure import BenchResult, benchmark_session, describe_inputs
     from .facts import device_facts, temperatures
     from .power import PowerSampler, open_source
     from .power.sampler import no_power, power_report
@@ -182,11 +182,7 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
         finally:
             if sampler is not None:
                 sampler.stop()
-        inputs = [s.to_dict() for s in session.inputs]
-        if data is None:  # the shapes the random feeds had (as sdk.targets.measure.benchmark reports them)
-            known = {**dict(getattr(session, "default_shapes", None) or {}), **dict(shapes or {})}
-            for d, spec in zip(inputs, session.inputs):
-                d["shape"] = list(spec.resolve(known.get(spec.name)))
+        inputs = describe_inputs(session, shapes, data)
     device["temperatures_after_c"] = temperatures(root)
     if power_req is False:
         power, energy = no_power("power sampling was not requested")

@@ -92,3 +92,34 @@ def test_memory_does_not_grow_with_samples(tmp_path):
 
     small, large = peak(20), peak(400)
     assert large - small < 25, (small, large)
+
+
+_BAD_SAMPLE = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from sdk.errors import InputError
+    from sdk.model import Model
+    from sdk.quantize.calibrate import calibrate
+    from sdk.sources import IterableSource
+    m = Model.load(sys.argv[1])
+    good = [{"x": np.zeros((1, 3, 256, 256), np.float32)} for _ in range(40)]
+    src = IterableSource(good + [{"x": np.zeros((1, 3, 256, 256), np.float64)}], m.inputs)
+    try:
+        calibrate(m, src.samples(), workers=2, batch_size=8)
+    except InputError as exc:
+        print("raised:", exc)
+""")
+
+
+def test_bad_sample_midway_stops_workers_and_exits(tmp_path):
+    """A bad sample after good ones: the error reaches the caller, the workers stop, and the
+    process exits (no hang on 6 MB batches left in the queue's pipe)."""
+    sys.path.insert(0, str(tmp_path))
+    import qmodels
+
+    g = qmodels.G(0)
+    model = g.save(tmp_path / "big.onnx", ["N", 3, 256, 256], g.op("Relu", [g.conv("x", 3, 4)]), ["N", 4, 256, 256])
+    script = tmp_path / "bad.py"
+    script.write_text(_BAD_SAMPLE)
+    r = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0 and "raised:" in r.stdout and "float64" in r.stdout, r.stderr

@@ -4,7 +4,14 @@ import pytest
 
 from sdk.errors import InputError, TargetError, UnknownTargetError
 from sdk.targets import Target, get_target, register_target, target_class, target_names
+from sdk.targets import registry
 from sdk.targets.base import Availability
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry(monkeypatch):
+    """Registrations made by a test stay in that test."""
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
 
 
 def test_builtin_listed_and_unknown_names_known():
@@ -58,11 +65,8 @@ def test_entry_point_group(tmp_path, monkeypatch):
         "class PluginTarget(Target):\n    name = 'plugin-echo'\n"
         "    @classmethod\n    def _probe(cls, deep):\n        return Availability(True, version='9')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from sdk.targets import registry
-
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     assert "plugin-echo" in registry.target_names()
     assert registry.target_class("plugin-echo").runtime_version() == "9"
-    registry._registry.pop("plugin-echo", None)
     sys.modules.pop("plugin_mod", None)
     importlib.invalidate_caches()
