@@ -298,8 +298,6 @@ def quantize(
         report["budget"] = {"max_drop": max_drop, "min_cosine": min_cosine,
                             "holds": budget.holds(result) if budget.active else None}
 
-    from ..model import Model
-
     qmodel = prepared.derive(qproto)
     extras: Dict[str, Any] = {}
     if scheme.name == "tensorrt":

@@ -11,8 +11,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-import numpy as np
-
 from ..errors import InferenceError, QuantizationError
 from .graph import GraphIndex
 from .stats import NBINS, CalibrationStats
@@ -223,8 +221,8 @@ def _calibrate_pool(path, names, chans, sha, nbins, threads, workers, batches, t
                 p.terminate()
                 p.join(timeout=5)
         # after an error the queues may hold batches nobody will read: don't block at exit on them
-        pass  # tasks.cancel_join_thread()
-        pass
+        tasks.cancel_join_thread()
+        results.cancel_join_thread()
 
 
 def _start_clean(procs) -> None:

@@ -9,7 +9,7 @@ inputs of a Concat that feeds int8 layers share one scale. BatchNormalization is
 """
 from __future__ import annotations
 
-from typing import Any, FrozenSet, Iterable, Optional, Set
+from typing import FrozenSet, Iterable, Optional, Set
 
 from ..graph import GraphIndex
 from .base import QuantPlan, Scheme
