@@ -14,6 +14,7 @@ rounding error.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -30,6 +31,43 @@ def _pow2_width(absmax: float, nbins: int) -> float:
     if not absmax > 0 or not math.isfinite(absmax):
         return 0.0
     return math.ldexp(1.0, math.ceil(math.log2(absmax / nbins)))
+
+
+class _Scratch:
+    """Work buffers of one thread for :meth:`TensorStats.update`, grown on demand and reused, so a
+    batch costs no fresh allocation (and no page faults): values (the data's float type), bin
+    indices (intp, what ``np.bincount`` reads without a copy) and a boolean mask."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.values = np.empty(0, dtype)
+        self.index = np.empty(0, np.intp)
+        self.mask = np.empty(0, bool)
+
+    def reserve(self, n: int) -> "_Scratch":
+        if len(self.values) < n:
+            self.values = np.empty(n, self.dtype)
+            self.index = np.empty(n, np.intp)
+            self.mask = np.empty(n, bool)
+        return self
+
+    def count_equal(self, flat: np.ndarray, value: float) -> int:
+        m = self.mask[:flat.size]
+        np.equal(flat, value, out=m)
+        return int(np.count_nonzero(m))
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(dtype: np.dtype, n: int) -> _Scratch:
+    per_dtype = getattr(_SCRATCH, "by_dtype", None)
+    if per_dtype is None:
+        per_dtype = _SCRATCH.by_dtype = {}
+    s = per_dtype.get(dtype)
+    if s is None:
+        s = per_dtype[dtype] = _Scratch(dtype)
+    return s.reserve(n)
 
 
 @dataclass
@@ -58,7 +96,11 @@ class TensorStats:
     # -- update -----------------------------------------------------------------------------------------
     def update(self, x: np.ndarray, channel_axis: Optional[int] = 1) -> None:
         """Add the values of ``x`` (any shape). Non-finite values are counted and left out.
-        With ``track_channels``, per-channel sums along ``channel_axis`` are kept too."""
+        With ``track_channels``, per-channel sums along ``channel_axis`` are kept too.
+
+        Cost per value: min, max, at most two comparisons (zeros, the minimum), and the histogram
+        (scale, floor, shift, cast, bincount) in reused scratch buffers; the count at the maximum
+        comes from the batch histogram when the maximum sits on a bin edge (saturating activations)."""
         x = np.asarray(x)
         if x.dtype != np.float32 and x.dtype != np.float64:
             x = x.astype(np.float32)
@@ -74,12 +116,16 @@ class TensorStats:
             if flat.size == 0:
                 return
             lo, hi = float(flat.min()), float(flat.max())
-        self.count += int(flat.size)
-        zeros = int(flat.size - np.count_nonzero(flat))
+        n = int(flat.size)
+        self.count += n
+        scratch = _scratch(flat.dtype, n)
+        zeros = 0 if (lo > 0.0 or hi < 0.0) else scratch.count_equal(flat, 0.0)
         self.zeros += zeros
-        n_lo = zeros if lo == 0.0 else int(np.count_nonzero(flat == lo))  # ReLU outputs: min is 0
-        n_hi = n_lo if hi == lo else int(np.count_nonzero(flat == hi))
-        self._extremes(lo, n_lo, hi, n_hi)
+        if hi == lo:
+            n_lo = n_hi = n
+        else:
+            n_lo = zeros if lo == 0.0 else scratch.count_equal(flat, lo)  # ReLU outputs: min is 0
+            n_hi = zeros if hi == 0.0 else -1  # -1: from the histogram below (or counted)
         if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
             s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
             if self.channel_sum is None or len(self.channel_sum) == len(s):
@@ -88,15 +134,25 @@ class TensorStats:
         if self.width == 0.0:
             self.width = _pow2_width(max(abs(lo), abs(hi)), self.nbins)
             if self.width == 0.0:  # all zeros so far: zero is bin 0 whatever the width
-                self.hist[self.nbins] += int(flat.size)
+                self._extremes(lo, n_lo, hi, n_hi)
+                self.hist[self.nbins] += n
                 return
         while not self._fits(lo, hi, self.width):
             self._coarsen()
         # x * (1/w) is exact for a power-of-two w (in float32 too), so floor() gives the exact bin
-        t = flat * flat.dtype.type(1.0 / self.width)
+        t = scratch.values[:n]
+        np.multiply(flat, flat.dtype.type(1.0 / self.width), out=t)
         np.floor(t, out=t)
-        t += self.nbins  # small integers: exact in float32
-        self.hist += np.bincount(t.astype(np.intp), minlength=2 * self.nbins)
+        np.add(t, self.nbins, out=t)  # small integers: exact in float32
+        idx = scratch.index[:n]
+        np.copyto(idx, t, casting="unsafe")
+        counts = np.bincount(idx, minlength=2 * self.nbins)
+        self.hist += counts
+        if n_hi < 0:
+            k = math.floor(hi / self.width)
+            # the maximum on a bin's lower edge: that bin holds only values equal to it
+            n_hi = int(counts[k + self.nbins]) if k * self.width == hi else scratch.count_equal(flat, hi)
+        self._extremes(lo, n_lo, hi, n_hi)
 
     def _extremes(self, lo: float, n_lo: int, hi: float, n_hi: int) -> None:
         """Fold another min/max (with how many values sit exactly there) into self."""

@@ -37,12 +37,14 @@ def boards_list_cmd(
 
     t = Table(title="boards")
     t.add_column("board", no_wrap=True, min_width=max([len(n) for n in profiles] + [5]))
-    for col in ("aliases", "host", "targets", "description"):
+    for col in ("aliases", "host", "targets"):
         t.add_column(col, overflow="fold")
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=40)
     for p in profiles.values():
         c = p.connection
         host = c.host if c.is_local else f"{c.user + '@' if c.user else ''}{c.host}{':' + str(c.port) if c.port else ''}"
-        t.add_row(p.name, ", ".join(p.aliases) or "-", host, ", ".join(p.runtime.targets), p.description)
+        summary = p.description.split(";")[0].split(" (")[0]  # the full text: `sdk boards show NAME`
+        t.add_row(p.name, ", ".join(p.aliases) or "-", host, ", ".join(p.runtime.targets), summary)
     console().print(t)
 
 
