@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from ..errors import QuantizationError
+from ..errors import QuantizationError, first_line
 from ..metrics import compare_outputs
 
 __all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", "Budget"]
@@ -30,7 +30,7 @@ def ort_session(proto_or_bytes: Any, threads: Optional[int] = None):
     try:
         return ort.InferenceSession(data, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise QuantizationError(f"onnxruntime refuses the quantized model: {first}") from exc
 
 

@@ -127,7 +127,12 @@ class TensorStats:
             n_lo = zeros if lo == 0.0 else scratch.count_equal(flat, lo)  # ReLU outputs: min is 0
             n_hi = zeros if hi == 0.0 else -1  # -1: from the histogram below (or counted)
         if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
-            s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
+            if channel_axis == 1 and x.ndim >= 3 and x.flags.c_contiguous:
+                # rows of one (sample, channel) summed in the data's type (pairwise: ~1e-7 relative),
+                # then across samples in float64; twice as fast as one float64 reduction
+                s = x.reshape(x.shape[0], x.shape[1], -1).sum(axis=2).sum(axis=0, dtype=np.float64)
+            else:
+                s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
             if self.channel_sum is None or len(self.channel_sum) == len(s):
                 self.channel_sum = s if self.channel_sum is None else self.channel_sum + s
                 self.channel_count += x.size // x.shape[channel_axis]

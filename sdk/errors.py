@@ -60,7 +60,15 @@ __all__ = [
     "TransferError",
     "PowerError",
     "ValidationError",
+    "first_line",
 ]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its class name when the message is empty: what a
+    translated third-party error quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class EdgeSDKError(Exception):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import EdgeSDKError, InferenceError, InputError, TargetUnavailableError
+from ..errors import EdgeSDKError, InferenceError, InputError, TargetUnavailableError, first_line
 from ..tensors import TensorSpec
 
 __all__ = ["Target", "Session", "Artifact", "Availability"]
@@ -135,7 +135,7 @@ class Session:
             check_feed(feeds, self.inputs)
         except InputError as bad:
             return bad
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         return InferenceError(f"{self.target_name} failed to run: {first}")
 
 

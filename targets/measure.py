@@ -7,8 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..bench import LatencyRun, LatencyStats, measure_latency
 from ..data import Feed, check_feed, iter_feeds, random_feed

@@ -55,3 +55,24 @@ def example_model() -> Path:
 def example_eval() -> Path:
     """Labelled evaluation set of the example model: eval.npz with 'x' (N,1,8,8) float32, 'y' (N,) int64."""
     return ROOT / "examples" / "digits" / "eval.npz"
+
+
+def _cuda_backends():
+    from sdk.targets.cuda import installed_backends
+
+    return installed_backends() or ["none"]
+
+
+@pytest.fixture(scope="module", params=_cuda_backends())
+def cuda(request):
+    """An open CUDA backend (each installed one in turn); skips with the probe's reason where
+    there is no GPU, or no backend package."""
+    from sdk.targets.cuda import get_backend, probe_gpu
+
+    probe = probe_gpu()
+    if not probe.available:
+        pytest.skip(f"no GPU: {probe.reason}")
+    if request.param == "none":
+        pytest.skip("no CUDA backend installed (pip install cuda-python)")
+    with get_backend(request.param) as backend:
+        yield backend

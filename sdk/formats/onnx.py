@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from ..errors import InputError, InvalidModelError, MissingDependencyError, ModelError, ModelFormatError
+from ..errors import InputError, InvalidModelError, MissingDependencyError, ModelError, ModelFormatError, first_line
 from ..tensors import TensorSpec, check_input_names, format_shape
 from . import ModelFormat
 
@@ -91,7 +91,7 @@ class OnnxFormat(ModelFormat):
             else:
                 onnx.checker.check_model(proto)
         except onnx.checker.ValidationError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise InvalidModelError(f"'{model.name}' is not a valid ONNX graph: {first}") from exc
 
     # -- specs ------------------------------------------------------------------------------------------
@@ -248,7 +248,6 @@ def estimate_macs(proto) -> "tuple[Optional[int], int]":
 
 def _node_macs(node, shapes) -> Optional[int]:
     attrs = {a.name: a for a in node.attribute}
-    group = attrs["group"].i if "group" in attrs else 1
     if node.op_type == "Conv":
         w, y = _static_shape(shapes, node.input[1]), _static_shape(shapes, node.output[0])
         if w is None or y is None:

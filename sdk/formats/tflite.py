@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import MissingDependencyError, ModelFormatError, TargetUnavailableError
+from ..errors import MissingDependencyError, ModelFormatError, TargetUnavailableError, first_line
 from ..probe import dist_version, module_installed
 from ..tensors import TensorSpec
 from . import ModelFormat
@@ -116,7 +116,7 @@ def _why_broken(exc: BaseException, stderr_text: str) -> str:
         except Exception:  # pragma: no cover - numpy is a hard dependency
             have = "2.x"
         return f"it was built for NumPy 1.x and this is NumPy {have} (_ARRAY_API not found)"
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = first_line(exc)
     return first
 
 
@@ -291,7 +291,7 @@ class TFLiteFormat(ModelFormat):
             try:
                 interp = rt.Interpreter(model_content=data, **rt.resolver_kwargs(False))
             except (ValueError, RuntimeError) as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                first = first_line(exc)
                 raise ModelFormatError(
                     f"'{model.name}' is not a readable TFLite model (truncated or corrupt): {first}") from exc
             model._cache["tflite_interpreter"] = interp

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from ..errors import EdgeSDKError, InputError, ValidationError
+from ..errors import EdgeSDKError, InputError, ValidationError, first_line
 from .checks import FAIL, PASS, SKIP, CheckResult, evaluate_checks
 from .inputs import Dataset, load_dataset
 from .runners import HostRunner, open_runner
@@ -294,7 +294,7 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
         raise
     except Exception as exc:  # a board that fails must not stop the fleet: record the cause
         run.failed_stage = stage
-        run.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        run.error = first_line(exc)
         if not isinstance(exc, EdgeSDKError):
             run.error = f"{type(exc).__name__}: {run.error}"
         say(f"{label}: FAILED during {stage}: {run.error}")

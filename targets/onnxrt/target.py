@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from ...errors import BuildError, InvalidModelError, TargetUnavailableError
+from ...errors import BuildError, InvalidModelError, TargetUnavailableError, first_line
 from ...probe import dist_version, module_installed
 from ..base import Artifact, Availability, Target
 from . import providers as _providers
@@ -82,8 +82,7 @@ class OnnxRuntimeTarget(Target):
         if save:
             save = Path(save)
             save.parent.mkdir(parents=True, exist_ok=True)
-            sess = self._create(artifact, providers, optimized_path=save)
-            del sess
+            self._create(artifact, providers, optimized_path=save)  # creating the session writes the file
             meta["optimized_model"] = str(save)
         return artifact
 
@@ -95,7 +94,7 @@ class OnnxRuntimeTarget(Target):
             return ort.InferenceSession(source, sess_options=so, providers=providers,
                                         provider_options=provider_options(providers, self.options))
         except Exception as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            text = first_line(exc)
             kind = type(exc).__name__
             if kind in ("InvalidGraph", "InvalidProtobuf", "NotImplemented"):
                 raise InvalidModelError(f"onnxruntime rejects the model: {text}") from exc

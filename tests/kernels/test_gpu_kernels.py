@@ -9,23 +9,8 @@ import pytest
 
 from sdk.kernels.reference import PostprocessSpec, yolo_postprocess
 from sdk.preprocess import PreprocessSpec, preprocess_reference
-from sdk.targets.cuda import installed_backends, probe_gpu
 
 pytestmark = pytest.mark.gpu
-
-_PROBE = probe_gpu()
-
-
-@pytest.fixture(scope="module", params=installed_backends() or ["none"])
-def cuda(request):
-    if not _PROBE.available:
-        pytest.skip(f"no GPU: {_PROBE.reason}")
-    if request.param == "none":
-        pytest.skip("no CUDA backend installed (pip install cuda-python)")
-    from sdk.targets.cuda import get_backend
-
-    with get_backend(request.param) as backend:
-        yield backend
 
 
 PRE_CASES = list(itertools.product([(37, 53), (480, 640), (1080, 1920), (720, 1280), (3, 5)],

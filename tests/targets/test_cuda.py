@@ -67,14 +67,6 @@ def test_imports_stay_light():
 
 
 # -- on a GPU ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", params=installed_backends() or ["none"])
-def cuda(request):
-    if not _PROBE.available:
-        pytest.skip(f"no GPU: {_PROBE.reason}")
-    if request.param == "none":
-        pytest.skip("no CUDA backend installed (pip install cuda-python)")
-    with get_backend(request.param) as backend:
-        yield backend
 
 
 @pytest.mark.gpu
