@@ -88,7 +88,8 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
     (saved to ``stats_path`` and the cache). Returns ``(stats, info)``."""
     from .calibrate import calibrate, calibration_tensors
 
-    names = calibration_tensors(model.proto)["tensors"]
+    plan = calibration_tensors(model.proto)
+    names = plan["tensors"]
     key = hashlib.sha256((model.sha256 + "\0" + "\0".join(names)).encode()).hexdigest()
     fp = source.fingerprint() if hasattr(source, "fingerprint") else None
     candidates: List[Path] = []
@@ -110,7 +111,8 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
     total = source.length() if hasattr(source, "length") else None
     t0 = time.perf_counter()
     cb = (lambda done, tot: progress("calibrate", done, tot)) if progress else None
-    st = calibrate(model, source.samples(), batch_size=batch_size, workers=workers, total=total, progress=cb)
+    st = calibrate(model, source.samples(), batch_size=batch_size, workers=workers, total=total, progress=cb,
+                   plan=plan)
     elapsed = time.perf_counter() - t0
     st.meta.update({"data_fingerprint": fp, "time_s": elapsed})
     for c in ([Path(stats_path)] if stats_path is not None else []) + ([cache_file] if cache_file else []):

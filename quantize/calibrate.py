@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
-from ..errors import InferenceError, QuantizationError
+from ..errors import InferenceError, QuantizationError, first_line
 from .graph import GraphIndex
 from .stats import NBINS, CalibrationStats
 
@@ -26,14 +26,16 @@ _FOLDING_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
 _FOLDED = ("Relu", "Clip")
 
 
-def calibration_tensors(proto: Any, all_tensors: bool = False) -> Dict[str, List[str]]:
+def calibration_tensors(proto: Any, all_tensors: bool = False,
+                        idx: Optional[GraphIndex] = None) -> Dict[str, List[str]]:
     """``{"tensors": [...], "channels": [...]}``: the float activations to calibrate, and those
     that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias correction).
 
     Every float activation is calibrated except the output of a Conv/Gemm/MatMul/Add read only by a
     Relu/Clip: no scheme quantizes it (the activation folds into the op, the Q/DQ goes after it), and
-    these pre-activation tensors are the largest of a network. ``all_tensors`` keeps them too."""
-    idx = GraphIndex(proto)
+    these pre-activation tensors are the largest of a network. ``all_tensors`` keeps them too.
+    ``idx``: the :class:`GraphIndex` of ``proto`` when the caller has one (shape inference is not free)."""
+    idx = idx if idx is not None else GraphIndex(proto)
     names = idx.activation_tensors()
     if not all_tensors:
         def folded(t: str) -> bool:
@@ -47,14 +49,14 @@ def calibration_tensors(proto: Any, all_tensors: bool = False) -> Dict[str, List
     return {"tensors": names, "channels": chans}
 
 
-def augment(proto: Any, names: Sequence[str]) -> Any:
+def augment(proto: Any, names: Sequence[str], idx: Optional[GraphIndex] = None) -> Any:
     """A copy of ``proto`` with ``names`` added as graph outputs (float, shape left open)."""
     import onnx
     from onnx import TensorProto, helper
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    idx = GraphIndex(proto)
+    idx = idx if idx is not None else GraphIndex(proto)
     have = {o.name for o in out.graph.output}
     for n in names:
         if n not in have:
@@ -87,16 +89,14 @@ def _session(path: str, threads: int):
     try:
         return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise QuantizationError(f"onnxruntime cannot load the model for calibration: {first}") from exc
+        raise QuantizationError(f"onnxruntime cannot load the model for calibration: {first_line(exc)}") from exc
 
 
 def _run_batch(sess, names, stats: CalibrationStats, feed, n: int) -> None:
     try:
         outs = sess.run(names, feed)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InferenceError(f"calibration run failed: {first}") from exc
+        raise InferenceError(f"calibration run failed: {first_line(exc)}") from exc
     stats.update(dict(zip(names, outs)), n)
     del outs
 
@@ -104,19 +104,22 @@ def _run_batch(sess, names, stats: CalibrationStats, feed, n: int) -> None:
 def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] = None,
               workers: Optional[int] = None, total: Optional[int] = None,
               progress: Optional[ProgressFn] = None, nbins: int = NBINS,
-              tensors: Optional[Sequence[str]] = None) -> CalibrationStats:
+              tensors: Optional[Sequence[str]] = None,
+              plan: Optional[Dict[str, List[str]]] = None) -> CalibrationStats:
     """Collect :class:`CalibrationStats` of ``model`` (an :class:`sdk.Model`, ONNX) over ``samples``
     (``(feed, label)`` pairs from an :mod:`sdk.sources` source, batch dim 1 each).
 
     ``batch_size``: samples per run (default 8 when the batch dim is dynamic, else 1). ``workers``:
     threads (default :func:`default_workers`), each with its own ONNX Runtime session; 1 runs in the
     calling thread. ``progress(done, total)`` is called after each batch. Raises :class:`QuantizationError` on NaN/Inf
-    activations or when no sample was seen.
+    activations or when no sample was seen. ``plan``: :func:`calibration_tensors` of the model when
+    the caller has it.
     """
     from ..sources import batched
 
     proto = model.proto
-    plan = calibration_tensors(proto)
+    idx = GraphIndex(proto)
+    plan = plan if plan is not None else calibration_tensors(proto, idx=idx)
     names = list(tensors) if tensors is not None else plan["tensors"]
     chans = [c for c in plan["channels"] if c in set(names)]
     if not names:
@@ -139,7 +142,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
         path = str(Path(tmp) / "augmented.onnx")
         import onnx
 
-        onnx.save(augment(proto, names), path)
+        onnx.save(augment(proto, names, idx), path)
         batches = batched(samples, batch_size)
         if workers == 1:
             stats = _calibrate_here(path, names, chans, model.sha256, nbins, threads, batches, total, progress)

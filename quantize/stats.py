@@ -145,18 +145,26 @@ class TensorStats:
         while not self._fits(lo, hi, self.width):
             self._coarsen()
         # x * (1/w) is exact for a power-of-two w (in float32 too), so floor() gives the exact bin
-        t = scratch.values[:n]
-        np.multiply(flat, flat.dtype.type(1.0 / self.width), out=t)
-        np.floor(t, out=t)
-        np.add(t, self.nbins, out=t)  # small integers: exact in float32
         idx = scratch.index[:n]
-        np.copyto(idx, t, casting="unsafe")
-        counts = np.bincount(idx, minlength=2 * self.nbins)
-        self.hist += counts
+        scale = flat.dtype.type(1.0 / self.width)
+        if lo >= 0.0:  # ReLU/Clip outputs: floor is the truncating cast, and only bins >= 0 are hit
+            np.multiply(flat, scale, out=idx, casting="unsafe")
+            counts = np.bincount(idx, minlength=self.nbins)
+            self.hist[self.nbins:] += counts
+            offset = 0
+        else:
+            t = scratch.values[:n]
+            np.multiply(flat, scale, out=t)
+            np.floor(t, out=t)
+            np.add(t, self.nbins, out=t)  # small integers: exact in float32
+            np.copyto(idx, t, casting="unsafe")
+            counts = np.bincount(idx, minlength=2 * self.nbins)
+            self.hist += counts
+            offset = self.nbins
         if n_hi < 0:
             k = math.floor(hi / self.width)
             # the maximum on a bin's lower edge: that bin holds only values equal to it
-            n_hi = int(counts[k + self.nbins]) if k * self.width == hi else scratch.count_equal(flat, hi)
+            n_hi = int(counts[k + offset]) if k * self.width == hi else scratch.count_equal(flat, hi)
         self._extremes(lo, n_lo, hi, n_hi)
 
     def _extremes(self, lo: float, n_lo: int, hi: float, n_hi: int) -> None:

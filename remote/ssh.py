@@ -8,7 +8,16 @@
   ``~/.ssh`` and ssh-agent. Never passwords.
 * ``~/.ssh/config`` aliases are applied here (paramiko parses but does not act on them):
   HostName, User, Port, IdentityFile and ProxyJump (a chain of hops, each opened as a
-  ``direct-tcpip`` channel through the previous one and given to ``connect`` as ``sock=``).
+  ``direct-tcpip`` channel through the previous one and given to ``connect`` as ``sock=``);
+  HostKeyAlias (the name looked up and recorded in known_hosts, bare, as OpenSSH does),
+  UserKnownHostsFile and GlobalKnownHostsFile (space-separated lists that replace
+  ``~/.ssh/known_hosts`` and ``/etc/ssh/ssh_known_hosts``; ``~`` and ``%d %u %h %p %r %n``
+  expanded; ``none`` for no file; new keys are recorded in the first user file).
+* Every command runs in its own process group on the board (OpenSSH's sshd starts each session
+  with ``setsid``); the shell reports its PID on stderr first (stripped from the result). On a
+  timeout or an interrupt the group gets TERM, then KILL after ``KILL_GRACE_S``, over a
+  second channel, so nothing keeps running on the board. (A server without setsid: the
+  shell's process tree, found with ``pgrep -P``, is stopped instead.)
 * Timeouts on connect, banner, auth, channel open and every command; keepalive; stdout and
   stderr are drained while a command runs. Transient failures (timeout, reset, banner lost)
   are retried with backoff a bounded number of times; auth and host key failures are not.
@@ -20,7 +29,10 @@ from __future__ import annotations
 import errno
 import getpass
 import os
+import re
+import secrets
 import select
+import shlex
 import socket
 import time
 from dataclasses import dataclass, field
@@ -39,6 +51,8 @@ KEEPALIVE_S = 15
 WINDOW_BYTES = 16 * 1024 * 1024       # SSH channel window for uploads (paramiko's default is 2 MiB)
 MAX_JUMPS = 8
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+KILL_GRACE_S = 2.0                    # between TERM and KILL when a command is stopped on the board
+PGID_WAIT_S = 2.0                     # how long a stopped command's PID report is awaited
 
 
 def _paramiko():
@@ -72,6 +86,9 @@ class SSHTarget:
     jump: Optional["SSHTarget"] = None
     known_hosts: Optional[str] = None
     alias: Optional[str] = None
+    host_key_alias: Optional[str] = None
+    user_known_hosts_files: Optional[List[str]] = None     # None: ~/.ssh/known_hosts; []: none
+    global_known_hosts_files: Optional[List[str]] = None   # None: /etc/ssh/ssh_known_hosts; []: none
 
     def __str__(self) -> str:
         port = "" if self.port == 22 else f":{self.port}"
@@ -80,7 +97,15 @@ class SSHTarget:
 
     @property
     def known_hosts_name(self) -> str:
-        """How the host appears in known_hosts: ``host`` or ``[host]:port``."""
+        """How the host appears in known_hosts: its HostKeyAlias as written, else ``host`` or
+        ``[host]:port``."""
+        if self.host_key_alias:
+            return self.host_key_alias
+        return self.server_key_name
+
+    @property
+    def server_key_name(self) -> str:
+        """The name paramiko looks the key up under: ``host`` or ``[host]:port``."""
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
 
 
@@ -118,6 +143,27 @@ def _load_config():
         raise ConfigError(f"cannot parse {path}: {exc}") from exc
 
 
+def _known_hosts_files(value: Optional[str], *, host: str, hostname: str, port: int, user: str,
+                       key: str) -> Optional[List[str]]:
+    """A ``UserKnownHostsFile``/``GlobalKnownHostsFile`` value -> paths (``~`` and the tokens
+    ``%d %u %h %p %r %n %%`` expanded); None when not set, [] for ``none``."""
+    if value is None:
+        return None
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise ConfigError(f"bad {key} '{value}' for '{host}' in {ssh_config_path()}: {exc}") from exc
+    if [w.lower() for w in words] == ["none"]:
+        return []
+    tokens = {"%d": os.path.expanduser("~"), "%u": getpass.getuser(), "%h": hostname, "%p": str(port),
+              "%r": user, "%n": host, "%%": "%"}
+    out = []
+    for w in words:
+        w = re.sub(r"%.", lambda m: tokens.get(m.group(0), m.group(0)), w)
+        out.append(os.path.expanduser(w))
+    return out
+
+
 def resolve_target(host: str, *, port: Optional[int] = None, user: Optional[str] = None,
                    identity_file: Optional[str] = None, jump: Optional[str] = None,
                    known_hosts: Optional[str] = None, _depth: int = 0, _config: Any = "load") -> SSHTarget:
@@ -151,9 +197,17 @@ def resolve_target(host: str, *, port: Optional[int] = None, user: Optional[str]
                 root = root.jump
             root.jump = previous
             previous = tgt
-    return SSHTarget(hostname=hostname, port=port or 22, user=user or looked.get("user") or getpass.getuser(),
+    port = port or 22
+    user = user or looked.get("user") or getpass.getuser()
+    files = {key: _known_hosts_files(looked.get(key.lower()), host=host, hostname=hostname, port=port, user=user,
+                                     key=key) for key in ("UserKnownHostsFile", "GlobalKnownHostsFile")}
+    alias = looked.get("hostkeyalias")
+    return SSHTarget(hostname=hostname, port=port, user=user,
                      identity_files=identities, jump=previous, known_hosts=known_hosts,
-                     alias=host if hostname != host else None)
+                     alias=host if hostname != host else None,
+                     host_key_alias=alias if alias and alias.lower() != "none" else None,
+                     user_known_hosts_files=files["UserKnownHostsFile"],
+                     global_known_hosts_files=files["GlobalKnownHostsFile"])
 
 
 def fingerprint(key: Any) -> str:
@@ -212,6 +266,38 @@ class _Transient(Exception):
     def __init__(self, error: RemoteError):
         super().__init__(str(error))
         self.error = error
+
+
+_PID_REPORT = re.compile(rb"\x1eedgesdk-pid ([0-9a-f]+) ([0-9]+)\n")
+
+
+def _with_pid_report(command: str, token: str) -> str:
+    """``command`` preceded by a line that prints the shell's PID to stderr. OpenSSH's sshd
+    starts every session with ``setsid``, so that PID is also the process group of everything it starts."""
+    return f"printf '\\036edgesdk-pid {token} %s\\n' \"$$\" >&2\n{command}"
+
+
+def _strip_pid_report(stderr: bytes, token: str) -> Tuple[bytes, Optional[int]]:
+    """(stderr without the PID report line, the PID or None)."""
+    for m in _PID_REPORT.finditer(stderr):
+        if m.group(1) == token.encode():
+            return stderr[:m.start()] + stderr[m.end():], int(m.group(2))
+    return stderr, None
+
+
+def _kill_group_script(pid: int, grace_s: float = KILL_GRACE_S) -> str:
+    """POSIX sh (bash, dash, busybox ash): TERM the process group ``pid``, wait up to ``grace_s``
+    for it to go, then KILL it. If ``pid`` leads no group (a server that does not start sessions
+    with setsid), TERM then KILL ``pid`` and its descendants (found with ``pgrep -P``) instead."""
+    ticks = max(1, int(grace_s * 10))
+    return (f'g={int(pid)}; '
+            '_k() { kill -s "$1" -- "-$g" 2>/dev/null || kill -s "$1" "-$g" 2>/dev/null; }; '
+            '_d() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do _d "$c"; done; }; '
+            'if _k 0; then _k TERM; i=0; '
+            f'while _k 0 && [ "$i" -lt {ticks} ]; do sleep 0.1 2>/dev/null || {{ sleep 1; i=$((i+9)); }}; '
+            'i=$((i+1)); done; _k KILL; '
+            f'else p=$(_d "$g"); kill -s TERM $p 2>/dev/null; sleep {max(1, int(grace_s + 0.5))}; '
+            'kill -s KILL $p 2>/dev/null; fi; exit 0')
 
 
 class SSHConnection:
@@ -282,14 +368,26 @@ class SSHConnection:
             self._jump = None
 
     # -- connecting ---------------------------------------------------------------------------
+    def _user_files(self) -> List[Path]:
+        t = self.target
+        return [user_known_hosts()] if t.user_known_hosts_files is None else [Path(p) for p in t.user_known_hosts_files]
+
     def _host_key_files(self) -> List[Path]:
-        files = [SYSTEM_KNOWN_HOSTS, user_known_hosts()]
-        if self.target.known_hosts:
-            files.append(Path(os.path.expanduser(self.target.known_hosts)))
+        t = self.target
+        files = [SYSTEM_KNOWN_HOSTS] if t.global_known_hosts_files is None else \
+            [Path(p) for p in t.global_known_hosts_files]
+        files += self._user_files()
+        if t.known_hosts:
+            files.append(Path(os.path.expanduser(t.known_hosts)))
         return files
 
-    def _record_file(self) -> Path:
-        return Path(os.path.expanduser(self.target.known_hosts)) if self.target.known_hosts else user_known_hosts()
+    def _record_file(self) -> Optional[Path]:
+        """Where a trusted new key goes: the profile's file, else the first user known_hosts
+        file (None with ``UserKnownHostsFile none``: trusted for this connection only)."""
+        if self.target.known_hosts:
+            return Path(os.path.expanduser(self.target.known_hosts))
+        files = self._user_files()
+        return files[0] if files else None
 
     def _policy(self):
         paramiko = _paramiko()
@@ -298,6 +396,7 @@ class SSHConnection:
         class Policy(paramiko.MissingHostKeyPolicy):
             def missing_host_key(self, client, hostname, key):
                 fp = f"{key.get_name()} {fingerprint(key)}"
+                hostname = conn.target.known_hosts_name    # the HostKeyAlias when there is one
                 if not conn.trust_new_host:
                     raise HostKeyError(
                         f"unknown host key for {hostname} ({fp}); refusing to connect",
@@ -305,11 +404,16 @@ class SSHConnection:
                         "then connect once with --trust-new-host (trust_new_host=True) to record it",
                         board=conn.board)
                 path = conn._record_file()
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                line = paramiko.hostkeys.HostKeyEntry([hostname], key).to_line()
-                with open(path, "a", encoding="utf-8") as fh:
-                    fh.write(line)
-                client.get_host_keys().add(hostname, key.get_name(), key)
+                if path is not None:
+                    line = paramiko.hostkeys.HostKeyEntry([hostname], key).to_line()
+                    try:
+                        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                        with open(path, "a", encoding="utf-8") as fh:
+                            fh.write(line)
+                    except OSError as exc:
+                        raise HostKeyError(f"cannot record the host key of {hostname} in {path}: "
+                                           f"{exc.strerror or exc}", board=conn.board) from exc
+                client.get_host_keys().add(conn.target.server_key_name, key.get_name(), key)
 
         return Policy()
 
@@ -340,12 +444,17 @@ class SSHConnection:
         paramiko = _paramiko()
         t = self.target
         client = paramiko.SSHClient()
+        # only the keys known for the lookup name (the HostKeyAlias, if any), filed under the name
+        # paramiko checks them by: so an alias's keys verify the host and nothing else does
+        known = client.get_host_keys()
         for f in self._host_key_files():
             if f.is_file():
                 try:
-                    client.load_system_host_keys(str(f))
+                    entry = paramiko.HostKeys(str(f)).lookup(t.known_hosts_name)
                 except (OSError, paramiko.SSHException) as exc:
                     raise HostKeyError(f"cannot read known hosts file {f}: {exc}", board=self.board) from exc
+                for kind, key in (entry or {}).items():
+                    known.add(t.server_key_name, kind, key)
         client.set_missing_host_key_policy(self._policy())
         self.client = client
         where = f"{t.hostname}:{t.port}"
@@ -421,20 +530,23 @@ class SSHConnection:
     def run(self, command: str, *, timeout_s: Optional[float] = DEFAULT_COMMAND_TIMEOUT_S,
             input: Optional[bytes] = None) -> CommandResult:
         """Run ``command`` (already shell-quoted) in the login shell; stdout and stderr are read
-        while it runs. Raises :class:`RemoteCommandError` on timeout (the channel is closed)
-        and :class:`BoardConnectionError` if the connection drops."""
+        while it runs. Raises :class:`RemoteCommandError` on timeout and :class:`BoardConnectionError`
+        if the connection drops. On a timeout or an interrupt (KeyboardInterrupt) the command's
+        process group is stopped on the board (TERM, then KILL) before the channel is closed."""
         paramiko = _paramiko()
         start = time.monotonic()
         out: List[bytes] = []
         err: List[bytes] = []
+        token = secrets.token_hex(6)
         self.round_trips += 1
         try:
             chan = self._transport().open_session(timeout=self.connect_timeout_s)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise BoardConnectionError(f"cannot open a session: {exc}", board=self.board) from exc
+        finished = False
         try:
             chan.settimeout(self.connect_timeout_s)
-            chan.exec_command(command)
+            chan.exec_command(_with_pid_report(command, token))
             if input:
                 chan.sendall(input)
             chan.shutdown_write()
@@ -466,12 +578,49 @@ class SSHConnection:
                     raise BoardConnectionError(f"the connection dropped while running: {command[:80]}",
                                                board=self.board)
             rc = chan.recv_exit_status()
+            finished = True
         except (socket.timeout, paramiko.SSHException, EOFError, OSError) as exc:
             raise BoardConnectionError(f"the connection failed while running a command: {exc}",
                                        board=self.board) from exc
         finally:
-            chan.close()
-        return CommandResult(command, rc, b"".join(out), b"".join(err), time.monotonic() - start)
+            try:
+                if not finished:
+                    self._stop_on_board(chan, err, token)
+            finally:
+                chan.close()
+        stderr, _ = _strip_pid_report(b"".join(err), token)
+        return CommandResult(command, rc, b"".join(out), stderr, time.monotonic() - start)
+
+    def _stop_on_board(self, chan: Any, err: List[bytes], token: str) -> bool:
+        """Stop an unfinished command's process group on the board: TERM, then KILL after
+        ``KILL_GRACE_S``, over a second channel. Best effort (a dropped link cannot carry it);
+        returns True when the kill script ran."""
+        transport = self.client.get_transport() if self.client is not None else None
+        if transport is None or not transport.is_active():
+            return False
+        try:
+            _, pid = _strip_pid_report(b"".join(err), token)
+            wait_until = time.monotonic() + PGID_WAIT_S
+            while pid is None and not chan.closed and time.monotonic() < wait_until:   # shell still starting
+                if chan.recv_stderr_ready():
+                    err.append(chan.recv_stderr(1 << 16))
+                    _, pid = _strip_pid_report(b"".join(err), token)
+                elif chan.recv_ready():
+                    chan.recv(1 << 16)
+                else:
+                    select.select([chan], [], [], 0.05)
+            if pid is None:
+                return False
+            killer = transport.open_session(timeout=self.connect_timeout_s)
+            try:
+                killer.exec_command(_kill_group_script(pid))
+                killer.shutdown_write()
+                killer.status_event.wait(KILL_GRACE_S + self.connect_timeout_s)
+            finally:
+                killer.close()
+            return True
+        except Exception:   # the original error (timeout, dropped link) is the one to report
+            return False
 
     def sftp(self):
         """An SFTP client on a channel with a large window (pipelined uploads)."""

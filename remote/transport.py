@@ -1,7 +1,8 @@
 """One interface for "here" and "on the board" (the Fabric idea): ``run``, ``put``, ``get``.
 
 :class:`LocalTransport` runs commands through ``sh -c`` in a subprocess (the ``local`` board, no
-SSH); :class:`SSHTransport` runs them over an :class:`~sdk.remote.ssh.SSHConnection` and moves
+SSH), in its own process group (TERM then KILL on a timeout or an interrupt);
+:class:`SSHTransport` runs them over an :class:`~sdk.remote.ssh.SSHConnection` and moves
 files with pipelined SFTP. Both start commands in the login home folder, so a path relative to
 home means the same thing for ``run`` and ``put``. Arguments given as a list are shell-quoted
 (``shlex.quote``); a string is passed to the shell as written (quote its parts yourself).
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import BoardConnectionError, RemoteCommandError, TransferError
-from .ssh import DEFAULT_COMMAND_TIMEOUT_S, CommandResult, SSHConnection
+from .ssh import DEFAULT_COMMAND_TIMEOUT_S, KILL_GRACE_S, CommandResult, SSHConnection
 
-__all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult"]
+__all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult",
+           "stop_process_group"]
 
 Command = Union[str, Sequence[str]]
 Progress = Callable[[int, int], None]     # (bytes done, bytes total)
@@ -39,6 +41,43 @@ def quote_command(cmd: Command) -> str:
     if isinstance(cmd, str):
         return cmd
     return " ".join(shlex.quote(str(a)) for a in cmd)
+
+
+def stop_process_group(proc: "subprocess.Popen[bytes]", grace_s: float = KILL_GRACE_S) -> None:
+    """TERM the process group led by ``proc`` (started with ``start_new_session=True``), KILL it
+    if anything is left after ``grace_s`` (s), then reap ``proc`` and close its pipes."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    else:
+        deadline = time.monotonic() + grace_s
+        while True:
+            proc.poll()                      # reap the leader, or it counts as a member (a zombie)
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            if time.monotonic() > deadline:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                break
+            time.sleep(0.02)
+    try:       # a process that left the group may still hold the pipes: do not wait for it
+        proc.communicate(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
+        pass
 
 
 class Transport:
@@ -125,10 +164,12 @@ class LocalTransport(Transport):
         try:
             out, err = proc.communicate(input=input or b"", timeout=timeout_s)
         except subprocess.TimeoutExpired as exc:
-            os.killpg(proc.pid, 9)
-            proc.communicate()
+            stop_process_group(proc)
             raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
                                      "raise the timeout, or check what hangs", board=self.board) from exc
+        except BaseException:     # interrupted (KeyboardInterrupt): leave nothing running
+            stop_process_group(proc)
+            raise
         return CommandResult(command, proc.returncode, out, err, time.monotonic() - start)
 
     def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:

@@ -35,7 +35,7 @@ def quantize_cmd(
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights (x86 without VNNI, onnxruntime)."),
     activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Calibration processes (default: all cores)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Calibration threads (default: all cores)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Samples per calibration run."),
     stats: Optional[str] = typer.Option(
         None, "--stats", help="Calibration statistics file (.npz): reused when it matches the model, else written."),

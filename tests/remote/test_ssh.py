@@ -150,3 +150,59 @@ def test_shell_metacharacters_are_quoted(client_home, sshd, tmp_path):
         assert tr.exists(str(weird)) and not tr.exists(str(tmp_path / "PWNED"))
         assert tr.sha256(str(weird)) == "2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881"
     assert not (tmp_path / "PWNED").exists() and not os.path.exists(os.path.expanduser("~/PWNED"))
+
+
+def test_host_key_alias_is_the_name_looked_up_and_recorded(client_home, sshd, tmp_path):
+    kh = client_home / ".ssh" / "known_hosts"
+    (client_home / ".ssh" / "config").write_text(
+        f"Host nx\n  HostName 127.0.0.1\n  Port {sshd.port}\n  HostKeyAlias lab-nx\n")
+    target = resolve_target("nx")
+    assert target.known_hosts_name == "lab-nx"
+    trust(client_home, sshd)                      # known as [127.0.0.1]:port only: not the alias
+    with pytest.raises(HostKeyError, match="unknown host key for lab-nx"):
+        SSHConnection(target, retries=0).connect()
+    with SSHConnection(target, trust_new_host=True, retries=0) as conn:
+        assert conn.run("echo aliased").text() == "aliased\n"
+    kind, b64 = sshd.host_key_pub
+    assert kh.read_text().splitlines()[-1] == f"lab-nx {kind} {b64}"      # bare alias, no port
+    kh.write_text(f"lab-nx {kind} {b64}\n")        # the alias alone is enough now
+    with SSHConnection(resolve_target("nx"), retries=0) as conn:
+        assert conn.run("true").ok
+    other = keygen(tmp_path / "other_host_key")
+    o_kind, o_b64 = other.with_suffix(".pub").read_text().split()[:2]
+    kh.write_text(sshd.known_hosts_line() + f"lab-nx {o_kind} {o_b64}\n")  # the alias's key differs
+    with pytest.raises(HostKeyError) as exc:
+        SSHConnection(resolve_target("nx"), retries=0).connect()
+    assert "CHANGED" in str(exc.value) and "ssh-keygen -R 'lab-nx'" in str(exc.value)
+
+
+def test_user_known_hosts_files_replace_the_default(client_home, sshd, tmp_path):
+    trust(client_home, sshd)                       # in ~/.ssh/known_hosts, which the config replaces
+    lab = tmp_path / "lab dir"
+    lab.mkdir()
+    (client_home / ".ssh" / "config").write_text(
+        f"Host nx\n  HostName 127.0.0.1\n  Port {sshd.port}\n"
+        f"  UserKnownHostsFile ~/.ssh/kh_first \"{lab}/kh_second\"\n"
+        f"Host nx-none\n  HostName 127.0.0.1\n  Port {sshd.port}\n  UserKnownHostsFile none\n"
+        f"  GlobalKnownHostsFile %d/global_kh\n")
+    target = resolve_target("nx")
+    assert target.user_known_hosts_files == [str(client_home / ".ssh" / "kh_first"), str(lab / "kh_second")]
+    with pytest.raises(HostKeyError, match="unknown host key"):
+        SSHConnection(target, retries=0).connect()
+    (lab / "kh_second").write_text(sshd.known_hosts_line())      # any of the listed files will do
+    with SSHConnection(resolve_target("nx"), retries=0) as conn:
+        assert conn.run("true").ok
+    (lab / "kh_second").unlink()
+    with SSHConnection(resolve_target("nx"), trust_new_host=True, retries=0) as conn:
+        assert conn.run("true").ok
+    assert (client_home / ".ssh" / "kh_first").read_text() == sshd.known_hosts_line()   # recorded in the first
+    # "none": no user file at all; the global one (token %d = home) still counts
+    with pytest.raises(HostKeyError, match="unknown host key"):
+        SSHConnection(resolve_target("nx-none"), retries=0).connect()
+    before = {f.name: f.read_bytes() for f in (client_home / ".ssh").iterdir()}
+    with SSHConnection(resolve_target("nx-none"), trust_new_host=True, retries=0) as conn:
+        assert conn.run("true").ok                 # trusted for this connection, recorded nowhere
+    assert {f.name: f.read_bytes() for f in (client_home / ".ssh").iterdir()} == before
+    (client_home / "global_kh").write_text(sshd.known_hosts_line())
+    with SSHConnection(resolve_target("nx-none"), retries=0) as conn:
+        assert conn.run("true").ok
