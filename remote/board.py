@@ -266,7 +266,7 @@ class Board:
         precision = precision or self.profile.runtime.precision
         request = {
             "model_path": self._abs(pushed.remote_path), "target": target,
-            "target_options": dict(target_options or {}), "precision": precision,
+            "target_options": self.profile.runtime.target_options(target, target_options), "precision": precision,
             "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
             "runs": runs, "warmup": warmup, "min_seconds": min_seconds, "idle_seconds": idle_seconds,
             "power": self._power_request(), "workdir": self._abs(self.workdir), "samples": bool(samples),
@@ -292,7 +292,7 @@ class Board:
         out_remote = self._abs(f"{self.workdir.rstrip('/')}/data/out-{os.getpid()}-{threading.get_ident()}-"
                                f"{time.monotonic_ns()}.npz")
         self.agent("infer", {"model_path": self._abs(pushed.remote_path), "target": target,
-                             "target_options": dict(target_options or {}),
+                             "target_options": self.profile.runtime.target_options(target, target_options),
                              "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote},
                    timeout_s=timeout_s)
         with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:

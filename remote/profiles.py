@@ -9,6 +9,8 @@ separated, earlier folders win) override packaged ones of the same name. A profi
     aliases = ["jetson-nx"]
     [connection]   host port user identity_file jump known_hosts python workdir
     [runtime]      targets (preference order) precision
+    [runtime.<target>]  that target's default options on this board (e.g. tensorrt dla_core,
+                   workspace_mib; tflite threads, delegate), under what a caller passes
     [power]        sensors (order to try) sysfs_root (tests / simulation)
     [hardware]     gpu_arch memory_gb peak_tops
 
@@ -63,6 +65,12 @@ class Connection:
 class Runtime:
     targets: List[str] = field(default_factory=lambda: ["onnxruntime"])
     precision: str = "fp32"
+    #: target name -> default options on this board (from ``[runtime.<target>]`` tables)
+    options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+
+    def target_options(self, target: str, given: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """The options to open ``target`` with: the profile's defaults, overridden by ``given``."""
+        return {**self.options.get(target, {}), **dict(given or {})}
 
 
 @dataclass
@@ -147,9 +155,10 @@ def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_na
     kwargs: Dict[str, Any] = {"name": name, "description": data.get("description", ""),
                               "aliases": list(data.get("aliases", [])), "source": source}
     for table, (cls, schema) in _TABLES.items():
-        section = data.get(table, {})
+        section = dict(data.get(table, {}))
+        extra = _target_tables(section, source) if table == "runtime" else {}
         _check_keys(f"{table}.", section, schema, source)
-        kwargs[table] = cls(**section)
+        kwargs[table] = cls(**section, **extra)
     prof = BoardProfile(**kwargs)
     if prof.runtime.precision not in PRECISIONS:
         raise ConfigError(f"{source}: runtime.precision '{prof.runtime.precision}' is not one of "
@@ -158,6 +167,20 @@ def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_na
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"{source}: connection.port {port} is out of range 1..65535")
     return prof
+
+
+def _target_tables(runtime: Dict[str, Any], source: str) -> Dict[str, Any]:
+    """Pop the ``[runtime.<target>]`` tables out of ``runtime``; each must name a known target."""
+    from ..targets import target_names
+
+    options = {}
+    for key in [k for k, v in runtime.items() if isinstance(v, dict)]:
+        known = target_names()
+        if key not in known:
+            raise ConfigError(f"{source}: unknown table '[runtime.{key}]'",
+                              f"runtime option tables are named after a target: {', '.join(known)}")
+        options[key] = dict(runtime.pop(key))
+    return {"options": options} if options else {}
 
 
 def load_profile(path: os.PathLike) -> BoardProfile:

@@ -70,7 +70,11 @@ def boards_show_cmd(
     t.add_row("aliases", ", ".join(prof.aliases) or "-")
     for table in ("connection", "runtime", "power", "hardware"):
         for key, value in data[table].items():
-            if value not in (None, [], ""):
+            if table == "runtime" and key == "options":  # [runtime.<target>] tables
+                for target, opts in value.items():
+                    for opt, v in opts.items():
+                        t.add_row(f"runtime.{target}.{opt}", str(v))
+            elif value not in (None, [], "", {}):
                 t.add_row(f"{table}.{key}", ", ".join(value) if isinstance(value, list) else str(value))
     console().print(t)
 

@@ -36,6 +36,20 @@ def test_local_board_checks_and_benchmarks(local_board, conv_model):
     assert "power" in first and "energy_mj_per_inference" in first and "device" in first
 
 
+def test_profile_target_options_reach_the_board(client_home, tmp_path, monkeypatch, conv_model):
+    """``[runtime.onnxruntime]`` in a profile is what the board opens the target with; options the
+    caller passes win."""
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "lab.toml").write_text(
+        f'[connection]\nhost = "local"\npython = "{sys.executable}"\n'
+        '[runtime]\ntargets = ["onnxruntime"]\n[runtime.onnxruntime]\nthreads = 1\ngraph_optimization = "basic"\n')
+    monkeypatch.setenv("EDGESDK_BOARDS_PATH", str(tmp_path / "boards"))
+    with Board("lab") as board:
+        res = board.benchmark(conv_model, runs=3, min_seconds=0, warmup=0, idle_seconds=0,
+                              input_shapes={"x": (1, 3, 16, 16)}, target_options={"graph_optimization": "all"})
+    assert res["runtime"]["options"]["threads"] == 1 and res["runtime"]["options"]["graph_optimization"] == "all"
+
+
 @needs_sshd
 @pytest.mark.ssh
 def test_ssh_board_benchmark_with_simulated_power(client_home, sshd, board_profile, static_conv_model, tmp_path):

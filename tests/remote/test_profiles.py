@@ -57,6 +57,7 @@ def test_user_profiles_override_packaged(tmp_path, monkeypatch):
     ('name = "x"\n[runtime]\ntargets = "tensorrt"\n', ["runtime.targets", "list"]),
     ('name = "x"\n[hardware]\nmemory_gb = true\n', ["hardware.memory_gb"]),
     ('name = "x"\n[connection\n', ["not valid TOML"]),
+    ('name = "x"\n[runtime.tensorrtt]\ndla_core = 0\n', ["[runtime.tensorrtt]", "tensorrt", "onnxruntime"]),
 ])
 def test_bad_profiles_name_the_problem(tmp_path, text, words):
     f = tmp_path / "bad.toml"
@@ -78,3 +79,20 @@ def test_profile_path_is_accepted(tmp_path):
     f.write_text('[connection]\nhost = "lab"\nport = 2222\n[hardware]\npeak_tops = 40\nmemory_gb = 7.5\n')
     prof = get_profile(str(f))
     assert prof.name == "lab" and prof.connection.port == 2222 and prof.hardware.memory_gb == 7.5
+
+
+def test_runtime_target_tables_are_default_options(tmp_path):
+    f = tmp_path / "nx.toml"
+    f.write_text('[runtime]\ntargets = ["tensorrt"]\n[runtime.tensorrt]\ndla_core = 1\nworkspace_mib = 512\n')
+    rt = load_profile(f).runtime
+    assert rt.options == {"tensorrt": {"dla_core": 1, "workspace_mib": 512}}
+    assert rt.target_options("tensorrt", {"workspace_mib": 2048}) == {"dla_core": 1, "workspace_mib": 2048}
+    assert rt.target_options("onnxruntime") == {}
+
+
+def test_packaged_target_options_are_options_of_those_targets():
+    from sdk.targets import target_class
+
+    for prof in list_profiles().values():
+        for target, opts in prof.runtime.options.items():
+            target_class(target)(**opts)  # an unknown option raises InputError naming it
