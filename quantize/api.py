@@ -136,12 +136,12 @@ class _Builder:
     """Re-emits the model for a set of float-kept layers (fallback) or a single layer (sensitivity)."""
 
     def __init__(self, proto: Any, scheme: Scheme, stats: CalibrationStats, ranges: Mapping[str, Tuple[float, float]],
-                 bias_correction: bool):
+                 bias_correction: bool, idx: Any = None):
         from .graph import GraphIndex
 
         self.proto, self.scheme, self.stats, self.ranges = proto, scheme, stats, ranges
         self.bias_correction = bias_correction
-        self.idx = GraphIndex(proto)
+        self.idx = idx if idx is not None else GraphIndex(proto)  # shape inference: reuse the caller's
         self.corrected = 0
 
     def build(self, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> Tuple[Any, QuantPlan, Dict[str, QParams]]:
@@ -228,13 +228,14 @@ def quantize(
     if scheme.fold_batchnorm:
         work, folded = fold_batchnorm(work)
     # ranges of what the scheme can quantize (all tensors for TensorRT's cache and exported ranges)
+    work_idx = GraphIndex(work)
     if scheme.name in ("tensorrt", "tflite") or ranges_path is not None:
         wanted = None
     else:
-        full = scheme.plan(GraphIndex(work))
+        full = scheme.plan(work_idx)
         wanted = set(full.activations) | {t for g in full.shared for t in g}
     ranges = _ranges(stats, method, dict(method_params or {}), scheme.activation_symmetric, wanted)
-    builder = _Builder(work, scheme, stats, ranges, bias_correction)
+    builder = _Builder(work, scheme, stats, ranges, bias_correction, work_idx)
     qproto, plan, qparams = builder.build(exclude=exclude)
     if not plan.layers:
         raise QuantizationError(f"'{prepared.name}' has no op that the {scheme.name} scheme quantizes",
