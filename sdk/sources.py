@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
+from .data import check_feed
 from .errors import ConfigError, InputError, MissingDependencyError
 from .tensors import TensorSpec, format_shape
 
@@ -90,28 +91,8 @@ class Source:
 
     def _checked(self, feed: Feed, where: str) -> Feed:
         if self.check:
-            check_sample(feed, self.specs, where)
+            check_feed(feed, self.specs, source=where)
         return feed
-
-
-def check_sample(feed: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], where: str) -> None:
-    """Raise :class:`InputError` when ``feed`` lacks an input, has an extra one, a wrong dtype,
-    or a shape that contradicts the spec's static dims (the batch dim of a sample is 1)."""
-    names = [s.name for s in specs]
-    for s in specs:
-        if s.name not in feed:
-            raise InputError(f"{where}: no array for model input '{s.name}'", f"model inputs: {', '.join(names)}")
-        arr = feed[s.name]
-        if np.dtype(arr.dtype) != np.dtype(s.dtype):
-            raise InputError(f"{where}: '{s.name}' has dtype {arr.dtype}, the model expects {s.dtype}",
-                             f"convert the data to {s.dtype}")
-        bad_rank = len(arr.shape) != len(s.shape)
-        if bad_rank or any(isinstance(w, int) and w >= 0 and w != g for w, g in zip(s.shape, arr.shape)):
-            raise InputError(f"{where}: '{s.name}' has shape {format_shape(arr.shape)} per sample, "
-                             f"the model expects {format_shape(s.shape)}")
-    for name in feed:
-        if name not in names:
-            raise InputError(f"{where}: '{name}' is not a model input", f"model inputs: {', '.join(names)}")
 
 
 # -- image folders ------------------------------------------------------------------------------------
