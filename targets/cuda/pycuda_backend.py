@@ -25,13 +25,21 @@ def _import():
     return drv
 
 
-def _nvcc() -> str:
+def find_nvcc() -> Optional[str]:
+    """Path of ``nvcc``: on PATH, else the usual CUDA install places; None when absent."""
     found = shutil.which("nvcc")
     if found:
         return found
     for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"):
         if os.path.exists(p):
             return p
+    return None
+
+
+def _nvcc() -> str:
+    found = find_nvcc()
+    if found:
+        return found
     raise CudaError("pycuda compiles kernels with nvcc, which is not on PATH",
                     "add /usr/local/cuda/bin to PATH, or use the cuda-python backend (NVRTC)")
 

@@ -2,8 +2,6 @@
 with NVRTC (the run-time path of the cuda-python backend) when libnvrtc loads. Neither needs a GPU."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 
 import pytest
@@ -14,13 +12,9 @@ SOURCES = kernel_sources()
 
 
 def _nvcc():
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    for p in ("/usr/local/cuda/bin/nvcc", "/usr/local/bin/nvcc"):
-        if os.path.exists(p):
-            return p
-    return None
+    from sdk.targets.cuda.pycuda_backend import find_nvcc  # imports no pycuda at module level
+
+    return find_nvcc()
 
 
 def test_kernel_sources_shipped():

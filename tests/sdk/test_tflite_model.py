@@ -9,6 +9,7 @@ import pytest
 from sdk.errors import ModelFormatError, UnsupportedModelError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
+from clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -98,27 +99,15 @@ def test_onnx_only_transforms_say_so():
         Model.load(DATA / "digits_float.tflite").simplify()
 
 
-def _cli(args, capsys):
-    from sdk.cli import main
-
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_inspect_json(capsys):
-    code, out, err = _cli(["inspect", str(DATA / "digits_int8.tflite"), "--json"], capsys)
+    code, out, err = run_cli(["inspect", str(DATA / "digits_int8.tflite"), "--json"], capsys)
     assert code == 0, err
     info = json.loads(out)
     assert info["format"] == "tflite" and info["inputs"][0]["dtype"] == "int8"
 
 
 def test_cli_inspect_table(capsys):
-    code, out, err = _cli(["inspect", str(DATA / "digits_int8.tflite")], capsys)
+    code, out, err = run_cli(["inspect", str(DATA / "digits_int8.tflite")], capsys)
     assert code == 0, err
     assert "CONV_2D" in out and "-128" in out
 
@@ -126,7 +115,7 @@ def test_cli_inspect_table(capsys):
 def test_cli_inspect_truncated_is_one_line(tmp_path, capsys):
     bad = tmp_path / "trunc.tflite"
     bad.write_bytes((DATA / "digits_float.tflite").read_bytes()[:4000])
-    code, out, err = _cli(["inspect", str(bad)], capsys)
+    code, out, err = run_cli(["inspect", str(bad)], capsys)
     assert code == 2
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert len(lines) == 1 and "truncated" in lines[0] and "Traceback" not in err

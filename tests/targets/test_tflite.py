@@ -13,6 +13,7 @@ from sdk.metrics import cosine_similarity as cosine, max_abs_error
 from sdk.model import Model
 from sdk.targets import benchmark, get_target, target_class, target_names
 from sdk.targets.tflite import TFLiteTarget
+from clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 FLOAT = DATA / "digits_float.tflite"
@@ -269,21 +270,9 @@ def test_benchmark_with_shape_and_real_data(tmp_path, ref):
     assert r.stats.count >= 5
 
 
-def _cli(args, capsys):
-    from sdk.cli import main
-
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_cli_bench_tflite_json(capsys, tmp_path):
     out_json = tmp_path / "r.json"
-    code, out, err = _cli(["bench", INT8, "--target", "tflite", "--runs", "5", "--warmup", "1",
+    code, out, err = run_cli(["bench", INT8, "--target", "tflite", "--runs", "5", "--warmup", "1",
                            "--min-seconds", "0", "--threads", "1", "-o", "xnnpack=false",
                            "-o", "quantized_io=raw", "--json", out_json], capsys)
     assert code == 0, err
@@ -314,7 +303,7 @@ def _one_error_line(code, err):
 def test_cli_bad_input_is_one_line(tmp_path, capsys, make, args, match):
     p = tmp_path / "m.tflite"
     make(p)
-    code, out, err = _cli(["bench", p, "-t", "tflite", "--runs", "2", "--warmup", "0", "--min-seconds", "0", *args],
+    code, out, err = run_cli(["bench", p, "-t", "tflite", "--runs", "2", "--warmup", "0", "--min-seconds", "0", *args],
                           capsys)
     assert match in _one_error_line(code, err)
 
@@ -326,12 +315,12 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, make, args, match):
 def test_cli_bad_data_file_is_one_line(tmp_path, capsys, arr, match):
     data = tmp_path / "bad.npy"
     np.save(data, arr)
-    code, _, err = _cli(["bench", FLOAT, "-t", "tflite", "--data", data, "--runs", "2", "--min-seconds", "0"], capsys)
+    code, _, err = run_cli(["bench", FLOAT, "-t", "tflite", "--data", data, "--runs", "2", "--min-seconds", "0"], capsys)
     assert match in _one_error_line(code, err)
 
 
 def test_cli_targets_lists_tflite_runtime(capsys):
-    code, out, err = _cli(["targets", "--json"], capsys)
+    code, out, err = run_cli(["targets", "--json"], capsys)
     assert code == 0, err
     row = next(r for r in json.loads(out) if r["name"] == "tflite")
     assert row["available"] and row["details"]["runtime"] == "ai_edge_litert"

@@ -19,6 +19,7 @@ import sdk.formats.tflite as fmt
 from sdk.errors import MissingDependencyError, TargetUnavailableError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
+from clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -74,18 +75,6 @@ def broken_tflite_runtime(tmp_path, monkeypatch):
     importlib.invalidate_caches()
 
 
-def _cli(args, capsys):
-    from sdk.cli import main
-
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def test_order_is_litert_then_tflite_runtime_then_tensorflow():
     assert [c.name for c in fmt.RUNTIMES] == ["ai_edge_litert", "tflite_runtime", "tensorflow"]
 
@@ -107,7 +96,7 @@ def test_only_runtime_broken_says_so_with_the_fix(broken_tflite_runtime, monkeyp
                                  ["inspect", DATA / "digits_float.tflite"]], ids=["bench", "inspect"])
 def test_cli_broken_runtime_is_one_line(broken_tflite_runtime, monkeypatch, capsys, cmd):
     monkeypatch.setattr(fmt, "RUNTIMES", (broken_tflite_runtime,))
-    code, out, err = _cli(cmd, capsys)
+    code, out, err = run_cli(cmd, capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ")  # NumPy's banner is swallowed
     assert "_ARRAY_API not found" in err and "pip install 'edgesdk[tflite]'" in err
@@ -115,7 +104,7 @@ def test_cli_broken_runtime_is_one_line(broken_tflite_runtime, monkeypatch, caps
 
 def test_cli_targets_shows_the_broken_runtime(broken_tflite_runtime, monkeypatch, capsys):
     monkeypatch.setattr(fmt, "RUNTIMES", (broken_tflite_runtime,))
-    code, out, err = _cli(["targets", "--json"], capsys)
+    code, out, err = run_cli(["targets", "--json"], capsys)
     assert code == 0
     row = next(r for r in json.loads(out) if r["name"] == "tflite")
     assert row["available"] is False and row["version"] == "2.14.0" and "NumPy 1.x" in row["reason"]
