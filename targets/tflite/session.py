@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import EdgeSDKError, InputError
 from ...formats.tflite import signature_ports, spec_from_details
 from ...tensors import TensorSpec, format_shape
 from ..base import Session
@@ -101,6 +101,7 @@ class TFLiteSession(Session):
             self._run_impl = self._run_signature  # type: ignore[assignment]
         elif len(self._in) == 1 and len(self._out) == 1 and not self._convert:
             self._run_impl = self._one_in_one_out()  # type: ignore[assignment]
+            self.run = self._run_impl  # type: ignore[assignment]  # translates its own errors: one frame per call
         elif not self._dynamic and not self._convert:
             self._run_impl = self._run_plain  # type: ignore[assignment]
         else:
@@ -115,13 +116,20 @@ class TFLiteSession(Session):
         current = self._shapes
         general = self._run_general
 
+        explain = self._explain
+
         def run_one(feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-            arr = feeds[name]
-            if arr.shape != current[index] or len(feeds) != 1:
-                return general(feeds)
-            set_tensor(index, arr)
-            invoke()
-            return {out_name: get(out_index)}
+            try:
+                arr = feeds[name]
+                if arr.shape != current[index] or len(feeds) != 1:
+                    return general(feeds)
+                set_tensor(index, arr)
+                invoke()
+                return {out_name: get(out_index)}
+            except EdgeSDKError:
+                raise
+            except Exception as exc:
+                raise explain(feeds, exc) from exc
 
         return run_one
 
@@ -258,6 +266,7 @@ class TFLiteSession(Session):
     def _close_impl(self) -> None:
         # The interpreter must go before the delegates it uses.
         self._run_impl = self._run_closed  # type: ignore[assignment]
+        self.__dict__.pop("run", None)  # back to Session.run, which reports the closed session
         self._set = self._get = self._invoke = None  # type: ignore[assignment]
         self._sig = None
         self._interp = None
