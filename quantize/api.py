@@ -229,7 +229,7 @@ def quantize(
         work, folded = fold_batchnorm(work)
     # ranges of what the scheme can quantize (all tensors for TensorRT's cache and exported ranges)
     work_idx = GraphIndex(work)
-    if scheme.name in ("tensorrt", "tflite") or ranges_path is not None:
+    if scheme.writes_calibration_cache or scheme.exports_ranges or ranges_path is not None:
         wanted = None
     else:
         full = scheme.plan(work_idx)
@@ -303,9 +303,9 @@ def quantize(
 
     qmodel = prepared.derive(qproto)
     extras: Dict[str, Any] = {}
-    if scheme.name == "tensorrt":
+    if scheme.writes_calibration_cache:
         extras["trt_scales"] = {n: max(abs(r[0]), abs(r[1])) / 127.0 for n, r in ranges.items()}
-    if scheme.name == "tflite" or ranges_path is not None:
+    if scheme.exports_ranges or ranges_path is not None:
         from .qdq import export_ranges
 
         extras["ranges"] = export_ranges(plan, ranges, qparams, builder.proto, scheme, all_ranges=ranges)

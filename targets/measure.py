@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from ..bench import LatencyRun, LatencyStats, measure_latency
 from ..data import Feed, check_feed, iter_feeds, random_feed
 from ..errors import InputError
+from ..tensors import check_input_names
 from ..hostinfo import host_info
 from .base import Artifact, Session, Target
 from .registry import get_target
@@ -124,13 +125,9 @@ def benchmark(
     if not isinstance(model, Model):
         model = Model.load(model)
     tgt = target if isinstance(target, Target) else get_target(target, **dict(target_options or {}))
-    if input_shapes:
-        from ..tensors import check_input_names
-
-        if model.format == "onnx":
-            check_input_names(input_shapes, model.inputs)
     artifact: Artifact = tgt.prepare(model, workdir=workdir, **dict(build_options or {}))
     with tgt.open(artifact) as session:
+        check_input_names(input_shapes or {}, session.inputs)  # against the session, whatever the format
         run = benchmark_session(session, input_shapes=input_shapes, data=data, warmup=warmup, runs=runs,
                                 min_seconds=min_seconds, max_seconds=max_seconds, seed=seed)
         feeds_desc = describe_inputs(session, input_shapes, data)

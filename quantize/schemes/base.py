@@ -85,6 +85,10 @@ class Scheme:
     weight_qdq_pair: ClassVar[bool] = False   # True: float weights -> Q -> DQ; False: int8 initializer -> DQ
     quantize_bias: ClassVar[bool] = True
     fold_batchnorm: ClassVar[bool] = True
+    #: besides the QDQ model, write a TensorRT calibration cache (implicit-quantization builds)
+    writes_calibration_cache: ClassVar[bool] = False
+    #: besides the QDQ model, export every tensor's range as JSON (for a converter to apply)
+    exports_ranges: ClassVar[bool] = False
     #: ops whose weights are per-channel, with the axis of the output channels
     channel_axis: ClassVar[Dict[str, int]] = {"Conv": 0, "ConvTranspose": 1}
 

@@ -27,6 +27,7 @@ class TensorRTScheme(Scheme):
     weight_qdq_pair = True
     quantize_bias = False
     fold_batchnorm = False
+    writes_calibration_cache = True
     WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
     POOL_OPS = ("AveragePool", "GlobalAveragePool", "MaxPool")
 

@@ -18,6 +18,7 @@ from .onnxruntime import OnnxRuntimeScheme
 
 class TFLiteScheme(OnnxRuntimeScheme):
     name = "tflite"
+    exports_ranges = True
     description = "TFLite int8 spec: int8 asymmetric activations, per-channel weights, shared/fixed scales"
     default_method = "minmax"
     activation_dtypes = ("int8",)

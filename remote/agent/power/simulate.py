@@ -58,7 +58,9 @@ DEFAULT_RAILS = (
     SineRail("VDD_CPU_GPU_CV", 1.5, 0.5, 2.0),
     SineRail("VDD_SOC", 1.2, 0.0, 2.0),
 )
-LAYOUTS = ("jetson-jp5", "jetson-jp4", "rapl", "hwmon")
+#: layout -> the suffix of its ``_static_*`` (files that do not change) and ``_dynamic_*`` writers
+_LAYOUT_METHODS = {"jetson-jp5": "jp5", "jetson-jp4": "jp4", "rapl": "rapl", "hwmon": "hwmon"}
+LAYOUTS = tuple(_LAYOUT_METHODS)
 
 
 def _write(path: Path, text: str) -> None:
@@ -114,39 +116,44 @@ class SimulatedBoard:
     def write_static(self) -> None:
         """The files that do not change: chip names, labels, facts files."""
         _write(self.p("/SIMULATION.txt"), LABEL + "\nlayout: %s\n" % self.layout)
-        if self.layout == "jetson-jp5":
-            dev = "/sys/bus/i2c/devices/1-0040"
-            _write(self.p(dev + "/name"), "ina3221\n")
-            hw = dev + "/hwmon/hwmon3"
-            _write(self.p(hw + "/name"), "ina3221\n")
-            for k, rail in enumerate(self.rails[:3], start=1):
-                _write(self.p("%s/in%d_label" % (hw, k)), rail.name + "\n")
-            for k in range(len(self.rails[:3]) + 1, 4):  # unused channels are labelled NC
-                _write(self.p("%s/in%d_label" % (hw, k)), "NC\n")
-                _write(self.p("%s/in%d_input" % (hw, k)), "0\n")
-                _write(self.p("%s/curr%d_input" % (hw, k)), "0\n")
-            _write(self.p(hw + "/in7_input"), "12345\n")  # shunt-voltage sum (uV): not a rail
-            _write(self.p("/sys/bus/i2c/devices/0-0050/name"), "eeprom\n")
-            self._jetson_facts("# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, "
-                               "DATE: Tue Aug  1 19:57:35 UTC 2023", "ga10b")
-        elif self.layout == "jetson-jp4":
-            dev = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
-            for n, rail in enumerate(self.rails[:3]):
-                _write(self.p("%s/rail_name_%d" % (dev, n)), rail.name + "\n")
-                _write(self.p("%s/warn_current_limit_%d" % (dev, n)), "32760\n")
-                _write(self.p("%s/crit_current_limit_%d" % (dev, n)), "32760\n")
-            self._jetson_facts("# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t210ref, EABI: aarch64, "
-                               "DATE: Sat Feb 19 17:05:08 UTC 2022", "gpu")
-        elif self.layout == "rapl":
-            z = "/sys/class/powercap/intel-rapl:0"
-            _write(self.p(z + "/name"), "package-0\n")
-            _write(self.p(z + "/max_energy_range_uj"), "%d\n" % self.rapl_range_uj)
-            _write(self.p(z + ":0/name"), "core\n")  # a sub-zone: inside the package, not added
-            _write(self.p(z + ":0/energy_uj"), "0\n")
-        elif self.layout == "hwmon":
-            hw = "/sys/class/hwmon/hwmon0"
-            _write(self.p(hw + "/name"), "simpower\n")
-            _write(self.p(hw + "/power1_label"), self.rails[0].name + "\n")
+        getattr(self, "_static_" + _LAYOUT_METHODS[self.layout])()
+
+    def _static_jp5(self) -> None:
+        dev = "/sys/bus/i2c/devices/1-0040"
+        _write(self.p(dev + "/name"), "ina3221\n")
+        hw = dev + "/hwmon/hwmon3"
+        _write(self.p(hw + "/name"), "ina3221\n")
+        for k, rail in enumerate(self.rails[:3], start=1):
+            _write(self.p("%s/in%d_label" % (hw, k)), rail.name + "\n")
+        for k in range(len(self.rails[:3]) + 1, 4):  # unused channels are labelled NC
+            _write(self.p("%s/in%d_label" % (hw, k)), "NC\n")
+            _write(self.p("%s/in%d_input" % (hw, k)), "0\n")
+            _write(self.p("%s/curr%d_input" % (hw, k)), "0\n")
+        _write(self.p(hw + "/in7_input"), "12345\n")  # shunt-voltage sum (uV): not a rail
+        _write(self.p("/sys/bus/i2c/devices/0-0050/name"), "eeprom\n")
+        self._jetson_facts("# R35 (release), REVISION: 4.1, GCID: 33958178, BOARD: t186ref, EABI: aarch64, "
+                           "DATE: Tue Aug  1 19:57:35 UTC 2023", "ga10b")
+
+    def _static_jp4(self) -> None:
+        dev = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
+        for n, rail in enumerate(self.rails[:3]):
+            _write(self.p("%s/rail_name_%d" % (dev, n)), rail.name + "\n")
+            _write(self.p("%s/warn_current_limit_%d" % (dev, n)), "32760\n")
+            _write(self.p("%s/crit_current_limit_%d" % (dev, n)), "32760\n")
+        self._jetson_facts("# R32 (release), REVISION: 7.1, GCID: 29818004, BOARD: t210ref, EABI: aarch64, "
+                           "DATE: Sat Feb 19 17:05:08 UTC 2022", "gpu")
+
+    def _static_rapl(self) -> None:
+        z = "/sys/class/powercap/intel-rapl:0"
+        _write(self.p(z + "/name"), "package-0\n")
+        _write(self.p(z + "/max_energy_range_uj"), "%d\n" % self.rapl_range_uj)
+        _write(self.p(z + ":0/name"), "core\n")  # a sub-zone: inside the package, not added
+        _write(self.p(z + ":0/energy_uj"), "0\n")
+
+    def _static_hwmon(self) -> None:
+        hw = "/sys/class/hwmon/hwmon0"
+        _write(self.p(hw + "/name"), "simpower\n")
+        _write(self.p(hw + "/power1_label"), self.rails[0].name + "\n")
 
     def _jetson_facts(self, release: str, gpu_node: str) -> None:
         _write(self.p("/etc/nv_tegra_release"), release + "\n")
@@ -172,24 +179,29 @@ class SimulatedBoard:
     def write_dynamic(self, t: Optional[float] = None) -> None:
         """Write the changing files for time ``t`` (default: now)."""
         t = time.monotonic() if t is None else t
-        if self.layout == "jetson-jp5":
-            hw = "/sys/bus/i2c/devices/1-0040/hwmon/hwmon3"
-            for k, rail in enumerate(self.rails[:3], start=1):
-                ma = rail.watts(t, self.t0) * 1e6 / self.volts_mv
-                _write(self.p("%s/in%d_input" % (hw, k)), "%d\n" % self.volts_mv)
-                _write(self.p("%s/curr%d_input" % (hw, k)), "%d\n" % int(round(ma)))
-        elif self.layout == "jetson-jp4":
-            dev = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
-            for n, rail in enumerate(self.rails[:3]):
-                mw = rail.watts(t, self.t0) * 1e3
-                _write(self.p("%s/in_power%d_input" % (dev, n)), "%d\n" % int(round(mw)))
-                _write(self.p("%s/in_voltage%d_input" % (dev, n)), "%d\n" % self.volts_mv)
-                _write(self.p("%s/in_current%d_input" % (dev, n)), "%d\n" % int(round(mw * 1e3 / self.volts_mv)))
-        elif self.layout == "rapl":
-            uj = self.rails[0].energy_j(self.t0, t, self.t0) * 1e6
-            _write(self.p("/sys/class/powercap/intel-rapl:0/energy_uj"), "%d\n" % (int(uj) % self.rapl_range_uj))
-        elif self.layout == "hwmon":
-            _write(self.p("/sys/class/hwmon/hwmon0/power1_input"), "%d\n" % int(round(self.rails[0].watts(t, self.t0) * 1e6)))
+        getattr(self, "_dynamic_" + _LAYOUT_METHODS[self.layout])(t)
+
+    def _dynamic_jp5(self, t: float) -> None:
+        hw = "/sys/bus/i2c/devices/1-0040/hwmon/hwmon3"
+        for k, rail in enumerate(self.rails[:3], start=1):
+            ma = rail.watts(t, self.t0) * 1e6 / self.volts_mv
+            _write(self.p("%s/in%d_input" % (hw, k)), "%d\n" % self.volts_mv)
+            _write(self.p("%s/curr%d_input" % (hw, k)), "%d\n" % int(round(ma)))
+
+    def _dynamic_jp4(self, t: float) -> None:
+        dev = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
+        for n, rail in enumerate(self.rails[:3]):
+            mw = rail.watts(t, self.t0) * 1e3
+            _write(self.p("%s/in_power%d_input" % (dev, n)), "%d\n" % int(round(mw)))
+            _write(self.p("%s/in_voltage%d_input" % (dev, n)), "%d\n" % self.volts_mv)
+            _write(self.p("%s/in_current%d_input" % (dev, n)), "%d\n" % int(round(mw * 1e3 / self.volts_mv)))
+
+    def _dynamic_rapl(self, t: float) -> None:
+        uj = self.rails[0].energy_j(self.t0, t, self.t0) * 1e6
+        _write(self.p("/sys/class/powercap/intel-rapl:0/energy_uj"), "%d\n" % (int(uj) % self.rapl_range_uj))
+
+    def _dynamic_hwmon(self, t: float) -> None:
+        _write(self.p("/sys/class/hwmon/hwmon0/power1_input"), "%d\n" % int(round(self.rails[0].watts(t, self.t0) * 1e6)))
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> "SimulatedBoard":
