@@ -14,8 +14,7 @@ The Python API, loaded lazily so ``import sdk`` stays fast and needs no runtime:
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -48,15 +47,4 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sdk' has no attribute '{name}'")
-    mod = importlib.import_module(module)
-    value = mod if name == "errors" else getattr(mod, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, also=["__version__"])
