@@ -23,6 +23,7 @@ from ..preprocess import preprocess as preprocess_opencv
 from ..preprocess import preprocess_reference
 
 __all__ = [
+    "synthetic_yolo_output",
     "PostprocessSpec",
     "Detections",
     "preprocess_reference",
@@ -167,3 +168,18 @@ def scale_boxes(boxes: np.ndarray, spec: PreprocessSpec, src_hw: Tuple[int, int]
     out[:, [0, 2]] = np.clip(out[:, [0, 2]], 0, src_w)
     out[:, [1, 3]] = np.clip(out[:, [1, 3]], 0, src_h)
     return out
+
+
+def synthetic_yolo_output(n: int, classes: int, objectness: bool, seed: int) -> np.ndarray:
+    """A seeded YOLO-style output ``[n, 4 + objectness + classes]`` float32 for checking the
+    post-processing kernel: boxes clustered around n/10 centres (so NMS has work), skewed low
+    scores, and four rows with exactly equal scores (ties pin down the sort order)."""
+    rng = np.random.default_rng(seed)
+    fields = 4 + int(objectness) + classes
+    pred = np.empty((n, fields), np.float32)
+    centres = rng.uniform(0, 640, size=(max(1, n // 10), 2))
+    pred[:, :2] = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 8, size=(n, 2))
+    pred[:, 2:4] = rng.uniform(8, 160, size=(n, 2))
+    pred[:, 4:] = rng.uniform(0, 1, size=(n, fields - 4)) ** 3
+    pred[n // 2: n // 2 + 4, 4:] = 0.95
+    return pred

@@ -178,49 +178,40 @@ def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches
     state = {"done": 0, "error": None}
     shards: List[CalibrationStats] = []
 
+    def fail(exc: BaseException) -> None:
+        """Keep the first error: every thread stops at its next batch, and it is re-raised below."""
+        with lock:
+            if state["error"] is None:
+                state["error"] = exc
+
     def work() -> None:
         stats = CalibrationStats.empty(sha, names, nbins, chans)
         shards.append(stats)
         try:
             sess = _session(path, threads)
-        except BaseException as exc:
-            with lock:
-                if state["error"] is None:
-                    state["error"] = exc
-            return
-        while True:
-            with lock:
-                if state["error"] is not None:
-                    return
-                try:
-                    item = next(it, None)
-                except BaseException as exc:  # the source failed: stop every thread, re-raise below
-                    state["error"] = exc
-                    return
-            if item is None:
-                return
-            feed, _, n = item
-            try:
-                _run_batch(sess, names, stats, feed, n)
-            except BaseException as exc:
+            while True:
                 with lock:
-                    if state["error"] is None:
-                        state["error"] = exc
-                return
-            with lock:
-                state["done"] += n
-                if progress:
-                    progress(state["done"], total)
+                    if state["error"] is not None:
+                        return
+                    item = next(it, None)  # the source failing stops every thread
+                if item is None:
+                    return
+                feed, _, n = item
+                _run_batch(sess, names, stats, feed, n)
+                with lock:
+                    state["done"] += n
+                    if progress:
+                        progress(state["done"], total)
+        except BaseException as exc:
+            fail(exc)
 
     pool = [threading.Thread(target=work, name=f"edgesdk-calib-{i}", daemon=True) for i in range(1, workers)]
     for t in pool:
         t.start()
     try:
         work()
-    except BaseException as exc:  # e.g. KeyboardInterrupt between batches: stop the other threads too
-        with lock:
-            if state["error"] is None:
-                state["error"] = exc
+    except BaseException as exc:  # e.g. KeyboardInterrupt outside a batch: stop the other threads too
+        fail(exc)
         raise
     finally:
         for t in pool:

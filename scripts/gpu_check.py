@@ -112,7 +112,7 @@ def check_postprocess(backend, runs, quick):
     import numpy as np
 
     from sdk.kernels.postprocess import GpuYoloPostprocessor
-    from sdk.kernels.reference import PostprocessSpec, yolo_postprocess
+    from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
 
     cases = [(100, 3, True, False), (1000, 1, False, False), (8400, 80, False, True), (25200, 80, True, False)]
     if not quick:
@@ -122,14 +122,8 @@ def check_postprocess(backend, runs, quick):
     print(f"  {'rows':>6} {'classes':>7} {'obj':>4} {'transp':>6} {'thr':>5} {'kept':>5} {'same':>5} "
           f"{'GPU ms':>8} {'CPU ms':>8}")
     for n, classes, obj, transposed in cases:
-        rng = np.random.default_rng(n + classes)
-        fields = 4 + int(obj) + classes
-        pred = np.empty((n, fields), np.float32)
-        centres = rng.uniform(0, 640, size=(max(1, n // 10), 2))
-        pred[:, :2] = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 8, size=(n, 2))
-        pred[:, 2:4] = rng.uniform(8, 160, size=(n, 2))
-        pred[:, 4:] = rng.uniform(0, 1, size=(n, fields - 4)) ** 3
-        pred[n // 2: n // 2 + 4, 4:] = 0.95
+        pred = synthetic_yolo_output(n, classes, obj, seed=n + classes)
+        fields = pred.shape[1]
         arg = np.ascontiguousarray(pred.T) if transposed else pred
         for thr in (0.05, 0.25):
             spec = PostprocessSpec(score_threshold=thr, iou_threshold=0.45, max_detections=300, max_candidates=4096,

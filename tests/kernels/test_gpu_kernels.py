@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from sdk.kernels.reference import PostprocessSpec, yolo_postprocess
+from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
 from sdk.preprocess import PreprocessSpec, preprocess_reference
 
 pytestmark = pytest.mark.gpu
@@ -41,14 +41,8 @@ def test_preprocess_kernel_matches_reference(cuda, src, size, resize):
 def test_postprocess_kernels_match_reference(cuda, n, classes, obj, transposed):
     from sdk.kernels.postprocess import GpuYoloPostprocessor
 
-    rng = np.random.default_rng(n)
-    fields = 4 + int(obj) + classes
-    pred = np.empty((n, fields), np.float32)
-    centres = rng.uniform(0, 640, size=(max(1, n // 10), 2))
-    pred[:, :2] = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 8, size=(n, 2))
-    pred[:, 2:4] = rng.uniform(8, 160, size=(n, 2))
-    pred[:, 4:] = rng.uniform(0, 1, size=(n, fields - 4)) ** 3
-    pred[n // 2: n // 2 + 4, 4:] = 0.95  # exact score ties
+    pred = synthetic_yolo_output(n, classes, obj, seed=n)
+    fields = pred.shape[1]
     arg = np.ascontiguousarray(pred.T) if transposed else pred
     for thr in (0.05, 0.3):
         spec = PostprocessSpec(score_threshold=thr, iou_threshold=0.45, max_detections=300,
