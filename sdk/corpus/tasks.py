@@ -1,0 +1,384 @@
+"""What each corpus model does: its preprocessing, output decoding and task metric.
+
+A :class:`Task` turns photos into input feeds (:meth:`Task.sample_inputs`), decodes raw outputs
+(:meth:`Task.decode`) and scores a candidate's outputs against the FP32 reference
+(:meth:`Task.agreement`, 1.0 = the same result). Tasks register by name in :data:`TASKS`.
+
+Metrics: detectors — matched-box F1 at IoU 0.5 (class-aware) against the reference's detections;
+classifier — top-1 agreement; recognizer — 1 - character error rate of the decoded string;
+segmentation — mask IoU at 0.5; landmarks — share of points within 2% of the input size.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Sequence
+
+import numpy as np
+
+from . import CorpusError, CorpusModel
+from . import images as im
+
+__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "box_f1", "edit_distance"]
+
+Feed = Dict[str, np.ndarray]
+Outputs = Sequence[np.ndarray]
+
+TASKS: Dict[str, "Task"] = {}
+
+
+def register_task(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        TASKS[name] = cls()
+        return cls
+    return deco
+
+
+def task_of(model: CorpusModel) -> "Task":
+    try:
+        return TASKS[model.task]
+    except KeyError:
+        raise CorpusError(f"corpus model {model.name!r} has unknown task {model.task!r}") from None
+
+
+class Task:
+    """Base class: preprocessing, decoding and the agreement metric of one kind of model."""
+
+    metric_name = "agreement"
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        raise NotImplementedError
+
+    def decode(self, outputs: Outputs) -> Any:
+        return outputs
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        raise NotImplementedError
+
+
+def _cv2() -> Any:
+    return im._cv2()
+
+
+# --------------------------------------------------------------------------- detection helpers
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    x1 = np.maximum(box[0], boxes[:, 0])
+    y1 = np.maximum(box[1], boxes[:, 1])
+    x2 = np.minimum(box[2], boxes[:, 2])
+    y2 = np.minimum(box[3], boxes[:, 3])
+    inter = np.clip(x2 - x1, 0, None) * np.clip(y2 - y1, 0, None)
+    area = (box[2] - box[0]) * (box[3] - box[1])
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / np.maximum(area + areas - inter, 1e-9)
+
+
+def nms(boxes: np.ndarray, scores: np.ndarray, iou: float) -> List[int]:
+    """Greedy NMS on xyxy boxes; indices kept, highest score first."""
+    order = np.argsort(-scores, kind="stable")
+    keep: List[int] = []
+    while order.size:
+        i = int(order[0])
+        keep.append(i)
+        if order.size == 1:
+            break
+        rest = order[1:]
+        order = rest[_iou(boxes[i], boxes[rest]) <= iou]
+    return keep
+
+
+def _classwise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float) -> np.ndarray:
+    """Detections ``[x1, y1, x2, y2, score, class]`` after class-wise NMS."""
+    if not len(boxes):
+        return np.zeros((0, 6), np.float32)
+    offset = classes[:, None].astype(np.float64) * (float(np.abs(boxes).max()) + 1.0)
+    keep = nms(boxes + offset, scores, iou)
+    return np.concatenate([boxes[keep], scores[keep, None], classes[keep, None]], 1).astype(np.float32)
+
+
+def box_f1(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5) -> float:
+    """Matched-box F1 at ``iou`` (same class), pooled over samples; 1.0 when both find nothing."""
+    tp = n_ref = n_cand = 0
+    for ref, cand in zip(reference, candidate):
+        n_ref, n_cand = n_ref + len(ref), n_cand + len(cand)
+        used = np.zeros(len(ref), bool)
+        for det in cand[np.argsort(-cand[:, 4])] if len(cand) else []:
+            same = (ref[:, 5] == det[5]) & ~used if len(ref) else np.zeros(0, bool)
+            if not same.any():
+                continue
+            ious = np.where(same, _iou(det[:4], ref[:, :4]) if len(ref) else 0.0, -1.0)
+            j = int(np.argmax(ious))
+            if ious[j] >= iou:
+                used[j] = True
+                tp += 1
+    if n_ref + n_cand == 0:
+        return 1.0
+    return 2.0 * tp / (n_ref + n_cand)
+
+
+class _Detector(Task):
+    metric_name = "box F1@0.5 vs FP32"
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        return box_f1([self.decode(r) for r in reference], [self.decode(c) for c in candidate])
+
+
+def _letterbox(img: np.ndarray, size: int, pad: int, center: bool = False) -> np.ndarray:
+    cv2 = _cv2()
+    h, w = img.shape[:2]
+    r = min(size / h, size / w)
+    nh, nw = max(1, int(h * r)), max(1, int(w * r))
+    out = np.full((size, size, 3), pad, np.uint8)
+    y0, x0 = ((size - nh) // 2, (size - nw) // 2) if center else (0, 0)
+    out[y0:y0 + nh, x0:x0 + nw] = cv2.resize(img, (nw, nh), interpolation=cv2.INTER_LINEAR)
+    return out
+
+
+@register_task("yolov8-detect")
+class YoloV8Detect(_Detector):
+    """Ultralytics YOLOv8 head: output ``[1, 4 + classes, anchors]`` (cx, cy, w, h, class scores)."""
+
+    conf = 0.25
+    iou = 0.45
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        name, shape = next(iter(model.input_shapes.items()))
+        size = shape[-1]
+        feeds = []
+        for img in im.photo_stream(n, seed):
+            x = _letterbox(img[:, :, ::-1], size, 0).astype(np.float32) / 255.0
+            feeds.append({name: np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        pred = np.asarray(outputs[0], np.float32)[0].T          # anchors x (4 + C)
+        scores = pred[:, 4:]
+        cls = scores.argmax(1)
+        best = scores[np.arange(len(cls)), cls]
+        m = best >= self.conf
+        cx, cy, w, h = pred[m, 0], pred[m, 1], pred[m, 2], pred[m, 3]
+        boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+        return _classwise_nms(boxes, best[m], cls[m], self.iou)
+
+
+@register_task("yolox-detect")
+class YoloXDetect(_Detector):
+    """YOLOX head as ddddocr exports it: ``[1, anchors, 4 + 1 + classes]`` in grid units."""
+
+    size = 416
+    conf = 0.1
+    iou = 0.45
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        feeds = []
+        for i in range(n):
+            img = _letterbox(im.render_char_scene(seed * 1000 + i, self.size), self.size, 114)
+            feeds.append({"images": np.ascontiguousarray(img.transpose(2, 0, 1)[None], dtype=np.float32)})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        pred = np.array(outputs[0], np.float32)[0]
+        grids, strides = [], []
+        for s in (8, 16, 32):
+            g = self.size // s
+            xv, yv = np.meshgrid(np.arange(g), np.arange(g))
+            grids.append(np.stack([xv, yv], 2).reshape(-1, 2))
+            strides.append(np.full((g * g, 1), s))
+        grid, stride = np.concatenate(grids), np.concatenate(strides)
+        xy = (pred[:, :2] + grid) * stride
+        wh = np.exp(np.clip(pred[:, 2:4], -20, 20)) * stride
+        scores = pred[:, 4:5] * pred[:, 5:]
+        cls = scores.argmax(1)
+        best = scores[np.arange(len(cls)), cls]
+        m = best > self.conf
+        boxes = np.concatenate([xy[m] - wh[m] / 2, xy[m] + wh[m] / 2], 1)
+        return _classwise_nms(boxes, best[m], np.zeros(int(m.sum())), self.iou)
+
+
+@register_task("picodet-detect")
+class PicoDetDetect(_Detector):
+    """PaddleDetection PicoDet: per stride a score head ``[1, N, C]`` then a DFL box head ``[1, N, 4*(R+1)]``."""
+
+    height, width = 800, 608
+    strides = (8, 16, 32, 64)
+    conf = 0.4
+    iou = 0.5
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        cv2 = _cv2()
+        from . import photos
+
+        pages = [im.load_bgr(p) for p in photos() if p.name in ("page.png", "text.png")]
+        mean = np.array([0.485, 0.456, 0.406], np.float32)
+        std = np.array([0.229, 0.224, 0.225], np.float32)
+        feeds = []
+        for i in range(n):
+            img = pages[i] if i < len(pages) else im.render_document(seed * 1000 + i, (self.height, self.width))
+            x = cv2.resize(img, (self.width, self.height)).astype(np.float32) / 255.0
+            x = (x - mean) / std
+            feeds.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        k = len(outputs) // 2
+        all_boxes, all_scores = [], []
+        for stride, score, dist in zip(self.strides, outputs[:k], outputs[k:]):
+            score, dist = np.asarray(score, np.float32)[0], np.asarray(dist, np.float32)[0]
+            fh, fw = int(np.ceil(self.height / stride)), int(np.ceil(self.width / stride))
+            ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
+            cy, cx = (hh.ravel() + 0.5) * stride, (ww.ravel() + 0.5) * stride
+            reg = dist.shape[-1] // 4
+            d = dist.reshape(-1, reg)
+            d = np.exp(d - d.max(1, keepdims=True))
+            d = (d / d.sum(1, keepdims=True)) @ np.arange(reg, dtype=np.float32)
+            d = d.reshape(-1, 4) * stride
+            all_boxes.append(np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1))
+            all_scores.append(score)
+        boxes, scores = np.concatenate(all_boxes), np.concatenate(all_scores)
+        cls = scores.argmax(1)
+        best = scores[np.arange(len(cls)), cls]
+        m = best > self.conf
+        return _classwise_nms(boxes[m], best[m], cls[m], self.iou)
+
+
+@register_task("orientation-classify")
+class OrientationClassify(Task):
+    """4-way document orientation (0, 90, 180, 270 degrees): pages turned by each angle, top-1 agreement."""
+
+    metric_name = "top-1 agreement vs FP32"
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        cv2 = _cv2()
+        name = next(iter(model.input_shapes))
+        feeds = []
+        pages = [im.render_document(seed * 1000 + j) for j in range(max(1, (n + 3) // 4))]
+        for i in range(n):
+            img = np.rot90(pages[i // 4], k=i % 4)
+            h, w = img.shape[:2]
+            s = 256 / min(h, w)
+            img = cv2.resize(np.ascontiguousarray(img), (round(w * s), round(h * s)), interpolation=cv2.INTER_LANCZOS4)
+            h, w = img.shape[:2]
+            y, x = (h - 224) // 2, (w - 224) // 2
+            crop = img[y:y + 224, x:x + 224].astype(np.float32) / 255.0
+            crop = (crop - self.mean) / self.std
+            feeds.append({name: np.ascontiguousarray(crop.transpose(2, 0, 1)[None], dtype=np.float32)})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        return np.asarray(outputs[0]).reshape(np.asarray(outputs[0]).shape[0], -1).argmax(1)
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        ref = np.concatenate([self.decode(r) for r in reference])
+        cand = np.concatenate([self.decode(c) for c in candidate])
+        return float((ref == cand).mean()) if len(ref) else 1.0
+
+
+def edit_distance(a: Sequence[int], b: Sequence[int]) -> int:
+    """Levenshtein distance between two token sequences."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+@register_task("ctc-recognize")
+class CtcRecognize(Task):
+    """CRNN + CTC: output ``[T, 1, classes]`` logits or ``[1, T]`` indices (0 = blank); 1 - CER."""
+
+    metric_name = "1-CER vs FP32"
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        name, shape = next(iter(model.input_shapes.items()))
+        rng = np.random.default_rng(seed)
+        feeds = []
+        for i in range(n):
+            line = im.render_text_line(im.random_text(rng), shape[2], shape[3], seed=seed * 1000 + i)
+            feeds.append({name: (line.astype(np.float32) / 255.0)[None, None]})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> List[int]:
+        out0 = np.asarray(outputs[0])
+        if out0.ndim == 3:                      # [T, 1, classes] logits (what ddddocr's model returns)
+            idx = out0.reshape(out0.shape[0], -1).argmax(-1) if out0.shape[1] == 1 else out0[0].argmax(-1)
+        else:                                   # [1, T] indices
+            idx = np.rint(out0.astype(np.float64)).astype(np.int64).ravel()
+        out: List[int] = []
+        prev = -1
+        for t in idx.tolist():
+            if t != prev and t != 0:
+                out.append(t)
+            prev = t
+        return out
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        errors = total = 0
+        for r, c in zip(reference, candidate):
+            ref, cand = self.decode(r), self.decode(c)
+            errors += edit_distance(ref, cand)
+            total += len(ref)
+        return max(0.0, 1.0 - errors / total) if total else 1.0
+
+
+def _nhwc_photos(n: int, seed: int, size: int) -> List[np.ndarray]:
+    cv2 = _cv2()
+    out = []
+    for img in im.photo_stream(n, seed):
+        h, w = img.shape[:2]
+        s = min(h, w)
+        crop = img[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s, ::-1]
+        x = cv2.resize(np.ascontiguousarray(crop), (size, size), interpolation=cv2.INTER_AREA)
+        out.append((x.astype(np.float32) / 255.0)[None])
+    return out
+
+
+@register_task("segment")
+class Segment(Task):
+    """A single-channel probability mask; mask IoU at 0.5, pooled over samples."""
+
+    metric_name = "mask IoU vs FP32"
+    size = 256
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        return [{"input_1": x} for x in _nhwc_photos(n, seed, self.size)]
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        inter = union = 0
+        for r, c in zip(reference, candidate):
+            a, b = np.asarray(r[0]) > 0.5, np.asarray(c[0]) > 0.5
+            inter += int((a & b).sum())
+            union += int((a | b).sum())
+        return inter / union if union else 1.0
+
+
+@register_task("landmarks")
+class Landmarks(Task):
+    """Landmark regression ``[1, 3 * K]`` in input pixels; share within 2% of the input size."""
+
+    metric_name = "landmarks within 2% vs FP32"
+    size = 224
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        return [{"input_1": x} for x in _nhwc_photos(n, seed, self.size)]
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        near = total = 0
+        for r, c in zip(reference, candidate):
+            a = np.asarray(r[0], np.float64).reshape(-1, 3)[:, :2]
+            b = np.asarray(c[0], np.float64).reshape(-1, 3)[:, :2]
+            near += int((np.linalg.norm(a - b, axis=1) <= 0.02 * self.size).sum())
+            total += len(a)
+        return near / total if total else 1.0
+
+
+def run_reference(model_path: str, feeds: Sequence[Feed]) -> List[List[np.ndarray]]:
+    """FP32 outputs of an ONNX model on ``feeds`` with ONNX Runtime's CPU provider (for tests/benchmarks)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    return [sess.run(None, f) for f in feeds]
+

