@@ -123,7 +123,8 @@ class PyCudaBackend(CudaBackend):
         self._call("synchronize", self._drv.Context.synchronize)
 
     def _compile(self, source: str, name: str, options: List[str]) -> Any:
-        from pycuda.compiler import CompileError, SourceModule
+        from pycuda.compiler import SourceModule
+        from pycuda.driver import CompileError  # pycuda.compiler raises it, pycuda.driver defines it
 
         try:
             return SourceModule(source, nvcc=_nvcc(), options=options, no_extern_c=True)

@@ -1,4 +1,4 @@
-"""Every shipped ``.cu`` compiles: with nvcc for Orin (sm_87) and sm_75 when nvcc is present, and
+"""Every shipped ``.cu`` compiles: with nvcc for Orin (sm_87), sm_75 and sm_90 (H100/H200) when nvcc is present, and
 with NVRTC (the run-time path of the cuda-python backend) when libnvrtc loads. Neither needs a GPU."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_kernel_sources_shipped():
 
 
 @pytest.mark.skipif(_nvcc() is None, reason="nvcc not found (no CUDA toolkit on this machine)")
-@pytest.mark.parametrize("arch", ["sm_87", "sm_75"])
+@pytest.mark.parametrize("arch", ["sm_87", "sm_75", "sm_90"])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_nvcc_compiles(src, arch, tmp_path):
     cmd = [_nvcc(), f"-arch={arch}", "-c", str(src), "-o", str(tmp_path / "k.o"), "-Werror", "all-warnings",
