@@ -3,7 +3,9 @@
 Split in two: the pure part (:class:`BuildConfig`, :func:`build_config` turning target options and
 board-profile defaults into a checked config, :func:`plan_profiles`, :func:`check_device_support`)
 runs anywhere and is tested without a GPU; :func:`build_engine` drives TensorRT's builder with the
-name-based API of TensorRT 8.5 through 10.x.
+name-based API of TensorRT 8.5 through 11.x, choosing by capability (:func:`capabilities`), not by
+version number. Every TensorRT name used here is checked against the real bindings of 8.6, 10.x and
+11.x in CI (``sdk.targets.tensorrt.api``).
 Runs on the board too: Python 3.8, NumPy and TensorRT.
 """
 from __future__ import annotations
@@ -18,7 +20,8 @@ from ...tensors import TensorSpec, format_shape, parse_shape_profiles
 from .calib import check_cache_version, read_calibration_cache
 
 __all__ = ["BuildConfig", "build_config", "plan_profiles", "check_device_support", "build_engine",
-           "make_logger", "PRECISIONS", "BUILD_KEYS", "int8_supported", "has_qdq"]
+           "make_logger", "PRECISIONS", "BUILD_KEYS", "int8_supported", "has_qdq", "TrtCapabilities", "capabilities",
+           "PrecisionPlan", "precision_plan", "network_flags"]
 
 log = logging.getLogger("sdk.targets.tensorrt")
 
@@ -87,6 +90,25 @@ def _profiles_from(value: Any) -> Dict[str, Profile]:
     return parse_shape_profiles(list(value))
 
 
+def _precision(value: Any) -> str:
+    precision = str(value).lower()
+    if precision not in _PRECISION_ALIASES:
+        raise InputError(f"unknown TensorRT precision '{precision}'", f"use one of: {', '.join(PRECISIONS)}")
+    return _PRECISION_ALIASES[precision]
+
+
+def _dla_core(value: Any, precision: str) -> Optional[int]:
+    if value is None or (isinstance(value, str) and value.lower() in ("", "none", "gpu", "off")):
+        return None
+    dla = int(value)
+    if dla < 0:
+        raise InputError(f"dla_core must be >= 0, got {dla}")
+    if precision == "fp32":
+        raise InputError("DLA runs fp16 or int8 layers only, and fp32 was asked for",
+                         "use --precision fp16 (or int8) with a DLA core, or drop the DLA core")
+    return dla
+
+
 def build_config(options: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> BuildConfig:
     """A checked :class:`BuildConfig` from target/CLI ``options`` over board-profile ``defaults``
     (e.g. a Jetson profile's ``[runtime]`` table: ``{"precision": "fp16", "dla_core": 0}``; keys
@@ -97,23 +119,11 @@ def build_config(options: Mapping[str, Any], defaults: Optional[Mapping[str, Any
         raise ConfigError(f"unknown TensorRT build option(s): {', '.join(unknown)}", f"known: {', '.join(BUILD_KEYS)}")
     merged: Dict[str, Any] = {k: v for k, v in (defaults or {}).items() if k in BUILD_KEYS and v is not None}
     merged.update({k: v for k, v in options.items() if v is not None})
-    precision = str(merged.get("precision", "fp32")).lower()
-    if precision not in _PRECISION_ALIASES:
-        raise InputError(f"unknown TensorRT precision '{precision}'", f"use one of: {', '.join(PRECISIONS)}")
-    precision = _PRECISION_ALIASES[precision]
+    precision = _precision(merged.get("precision", "fp32"))
     workspace = merged.get("workspace_mib")
     if workspace is not None and int(workspace) <= 0:
         raise InputError(f"workspace_mib must be > 0, got {workspace}")
-    dla = merged.get("dla_core")
-    if isinstance(dla, str) and dla.lower() in ("", "none", "gpu", "off"):
-        dla = None
-    if dla is not None:
-        dla = int(dla)
-        if dla < 0:
-            raise InputError(f"dla_core must be >= 0, got {dla}")
-        if precision == "fp32":
-            raise InputError("DLA runs fp16 or int8 layers only, and fp32 was asked for",
-                             "use --precision fp16 (or int8) with a DLA core, or drop the DLA core")
+    dla = _dla_core(merged.get("dla_core"), precision)
     level = merged.get("optimization_level")
     if level is not None and not 0 <= int(level) <= 5:
         raise InputError(f"optimization_level must be 0-5, got {level}")
@@ -222,10 +232,6 @@ def import_trt():
     return trt
 
 
-def trt_major(trt: Any) -> int:
-    return int(str(trt.__version__).split(".")[0])
-
-
 def make_logger(trt: Any):
     """A TensorRT ILogger that keeps every message (for errors) and forwards them to logging."""
 
@@ -287,6 +293,99 @@ def network_inputs(network: Any) -> List[TensorSpec]:
     return specs
 
 
+# -- what this TensorRT can do (capability checks, never version arithmetic) -------------------------
+@dataclass(frozen=True)
+class TrtCapabilities:
+    """What the imported TensorRT offers, read from its API (``hasattr``), not from its version.
+
+    ``weak_typing``: precision set by builder flags (``BuilderFlag.FP16``/``INT8``; TensorRT <= 10).
+    Without it (TensorRT 11) networks are strongly typed: fp16 and int8 come from the model's
+    types (an fp16 model, Q/DQ nodes). ``implicit_int8``: calibrators and calibration caches
+    (``IInt8EntropyCalibrator2`` and ``IBuilderConfig.int8_calibrator``). ``explicit_batch_flag``:
+    networks must be created with ``EXPLICIT_BATCH`` (TensorRT 8.x; ignored by 10.x, absent in 11).
+    """
+
+    version: str
+    weak_typing: bool
+    implicit_int8: bool
+    explicit_batch_flag: bool
+    strongly_typed_flag: bool
+    optimization_level: bool
+    parse_from_file: bool
+    calibration_profile: bool
+
+
+def capabilities(trt: Any) -> TrtCapabilities:
+    """The :class:`TrtCapabilities` of the ``tensorrt`` module ``trt``."""
+    flags, creation, config = trt.BuilderFlag, trt.NetworkDefinitionCreationFlag, trt.IBuilderConfig
+    return TrtCapabilities(
+        version=str(trt.__version__),
+        weak_typing=hasattr(flags, "FP16") and hasattr(flags, "INT8"),
+        implicit_int8=hasattr(trt, "IInt8EntropyCalibrator2") and hasattr(config, "int8_calibrator"),
+        explicit_batch_flag=hasattr(creation, "EXPLICIT_BATCH"),
+        strongly_typed_flag=hasattr(creation, "STRONGLY_TYPED"),
+        optimization_level=hasattr(config, "builder_optimization_level"),
+        parse_from_file=hasattr(trt.OnnxParser, "parse_from_file"),
+        calibration_profile=hasattr(config, "set_calibration_profile"),
+    )
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How a precision is obtained on this TensorRT: ``builder_flags`` (``BuilderFlag`` names) to set,
+    a ``strongly_typed`` network, the model ``convert_fp16`` first (numerically sensitive ops kept in
+    fp32), the ``int8_mode`` (explicit = Q/DQ, implicit = calibration cache) and ``notes`` for the
+    build's warnings."""
+
+    builder_flags: Tuple[str, ...] = ()
+    strongly_typed: bool = False
+    convert_fp16: bool = False
+    int8_mode: Optional[str] = None
+    notes: Tuple[str, ...] = ()
+
+
+def _int8_plan(caps: TrtCapabilities, config: BuildConfig, qdq: bool) -> PrecisionPlan:
+    if qdq and caps.weak_typing:
+        return PrecisionPlan(("INT8", "FP16") if config.int8_fp16_fallback else ("INT8",), int8_mode="explicit")
+    if qdq:
+        note = (f"TensorRT {caps.version} builds strongly typed networks: layers outside the Q/DQ pairs run in the "
+                "model's float type (int8_fp16_fallback has no effect)") if config.int8_fp16_fallback else ""
+        return PrecisionPlan(strongly_typed=True, int8_mode="explicit", notes=(note,) if note else ())
+    if config.calibration_cache and not (caps.implicit_int8 and caps.weak_typing):
+        raise InputError(f"TensorRT {caps.version} has no implicit quantization (no IInt8EntropyCalibrator2): a "
+                         "calibration cache cannot be used", "quantize the model with Q/DQ nodes: sdk quantize --scheme tensorrt")
+    if config.calibration_cache:
+        return PrecisionPlan(("INT8", "FP16") if config.int8_fp16_fallback else ("INT8",), int8_mode="implicit")
+    raise InputError("int8 was asked for, but the model has no Q/DQ nodes and no calibration cache was given",
+                     "quantize it first (sdk quantize --scheme tensorrt), or pass calibration_cache=FILE "
+                     "(TensorRT 8.x-10.x)")
+
+
+def precision_plan(caps: TrtCapabilities, config: BuildConfig, qdq: bool) -> PrecisionPlan:
+    """The :class:`PrecisionPlan` of ``config.precision`` on TensorRT ``caps``; ``qdq``: the model has
+    Q/DQ nodes. Raises :class:`InputError` for what this TensorRT cannot do."""
+    if config.precision == "int8":
+        return _int8_plan(caps, config, qdq)
+    if config.precision == "fp16" and caps.weak_typing:
+        return PrecisionPlan(("FP16",))
+    if config.precision == "fp16":
+        return PrecisionPlan(strongly_typed=True, convert_fp16=True,
+                             notes=(f"TensorRT {caps.version} has no fp16 builder flag: the model was converted to "
+                                    "fp16 (numerically sensitive ops kept in fp32) and built strongly typed",))
+    return PrecisionPlan(strongly_typed=not caps.weak_typing and caps.strongly_typed_flag)
+
+
+def network_flags(trt: Any, caps: TrtCapabilities, plan: PrecisionPlan) -> int:
+    """``create_network`` flags: EXPLICIT_BATCH where it exists, STRONGLY_TYPED when the plan asks."""
+    creation = trt.NetworkDefinitionCreationFlag
+    flags = 1 << int(creation.EXPLICIT_BATCH) if caps.explicit_batch_flag else 0
+    if plan.strongly_typed:
+        if not caps.strongly_typed_flag:
+            raise InputError(f"TensorRT {caps.version} cannot build strongly typed networks")
+        flags |= 1 << int(creation.STRONGLY_TYPED)
+    return flags
+
+
 class _CacheCalibrator:
     """Factory for a calibrator that only replays a calibration cache (no data: get_batch -> None)."""
 
@@ -321,25 +420,8 @@ class BuildResult:
     build_s: float
 
 
-def build_engine(source: Union[str, Path, bytes], config: BuildConfig, num_dla_cores_hint: Optional[int] = None) -> BuildResult:
-    """Build a serialized engine from an ONNX file or bytes with ``config``.
-
-    Raises :class:`UnsupportedModelError` with the parser's errors (node names) when TensorRT
-    cannot parse the model, :class:`InputError` for a dynamic input without a profile or an
-    impossible request, :class:`BuildError` with the TensorRT log's errors when the build fails.
-    """
-    import time
-
-    trt = import_trt()
-    logger = make_logger(trt)
-    builder = trt.Builder(logger)
-    flags = 0
-    explicit = getattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH", None)
-    if explicit is not None and trt_major(trt) < 10:
-        flags = 1 << int(explicit)
-    network = builder.create_network(flags)
+def _parse(trt: Any, network: Any, logger: Any, source: Union[str, Path, bytes], data: bytes) -> None:
     parser = trt.OnnxParser(network, logger)
-    data = Path(source).read_bytes() if isinstance(source, (str, Path)) else bytes(source)
     if isinstance(source, (str, Path)) and hasattr(parser, "parse_from_file"):
         ok = parser.parse_from_file(str(source))  # resolves external data next to the file
     else:
@@ -349,55 +431,104 @@ def build_engine(source: Union[str, Path, bytes], config: BuildConfig, num_dla_c
         raise UnsupportedModelError("TensorRT cannot parse the model: " + "; ".join(errs),
                                     "replace or remove those ops (sdk model inspect shows the graph), "
                                     "or run it with --target onnxruntime")
-    inputs = network_inputs(network)
-    profiles = plan_profiles(inputs, config.profiles)
 
+
+def _configure_precision(trt: Any, bconf: Any, config: BuildConfig, plan: PrecisionPlan) -> None:
+    for name in plan.builder_flags:
+        bconf.set_flag(getattr(trt.BuilderFlag, name))
+    if plan.int8_mode == "implicit":
+        cache = read_calibration_cache(str(config.calibration_cache))
+        check_cache_version(cache, trt.__version__, config.calibration_cache)
+        bconf.int8_calibrator = _CacheCalibrator.make(trt, cache.to_bytes())
+
+
+def _configure_dla(trt: Any, builder: Any, bconf: Any, config: BuildConfig, num_dla_cores_hint: Optional[int]) -> None:
+    if config.dla_core is None:
+        return
+    n = builder.num_DLA_cores if num_dla_cores_hint is None else num_dla_cores_hint
+    if config.dla_core >= n:
+        raise InputError(f"DLA core {config.dla_core} was asked for, but this device has {n} DLA core(s)",
+                         "drop --dla-core" if not n else f"use a DLA core in 0..{n - 1}")
+    bconf.default_device_type = trt.DeviceType.DLA
+    bconf.DLA_core = int(config.dla_core)
+    if config.gpu_fallback:
+        bconf.set_flag(trt.BuilderFlag.GPU_FALLBACK)
+
+
+def _add_profiles(builder: Any, bconf: Any, profiles: Mapping[str, Profile], plan: PrecisionPlan) -> None:
+    if not profiles:
+        return
+    prof = builder.create_optimization_profile()
+    for name, (mn, opt, mx) in profiles.items():
+        prof.set_shape(name, mn, opt, mx)
+    bconf.add_optimization_profile(prof)
+    if plan.int8_mode == "implicit" and hasattr(bconf, "set_calibration_profile"):
+        bconf.set_calibration_profile(prof)  # dynamic inputs with implicit int8 need one
+
+
+def _load_timing_cache(bconf: Any, path: Optional[str]) -> Any:
+    if not path:
+        return None
+    tpath = Path(path)
+    blob = tpath.read_bytes() if tpath.is_file() else b""
+    timing = bconf.create_timing_cache(blob)
+    bconf.set_timing_cache(timing, True)  # ignore_mismatch: a cache from another device is skipped
+    return timing
+
+
+def _save_timing_cache(bconf: Any, path: str) -> None:
+    try:
+        tpath = Path(path)
+        tpath.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tpath.with_suffix(tpath.suffix + ".tmp")
+        tmp.write_bytes(bytes(bconf.get_timing_cache().serialize()))
+        tmp.replace(tpath)
+    except OSError as exc:
+        log.warning("could not save the timing cache %s: %s", path, exc)
+
+
+def _builder_config(trt: Any, builder: Any, config: BuildConfig, plan: PrecisionPlan,
+                    profiles: Mapping[str, Profile], num_dla_cores_hint: Optional[int]) -> Any:
     bconf = builder.create_builder_config()
     if config.workspace_mib:
         bconf.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(config.workspace_mib) << 20)
     if config.optimization_level is not None and hasattr(bconf, "builder_optimization_level"):
         bconf.builder_optimization_level = int(config.optimization_level)
-    int8_mode = None
-    if config.precision in ("fp16", "int8") and (config.precision == "fp16" or config.int8_fp16_fallback):
-        bconf.set_flag(trt.BuilderFlag.FP16)
-    if config.precision == "int8":
-        bconf.set_flag(trt.BuilderFlag.INT8)
-        if has_qdq(data):
-            int8_mode = "explicit"
-        elif config.calibration_cache:
-            if trt_major(trt) >= 11:
-                raise InputError(f"TensorRT {trt.__version__} has no implicit quantization: a calibration cache "
-                                 "cannot be used", "quantize the model with Q/DQ nodes: sdk quantize --scheme tensorrt")
-            cache = read_calibration_cache(config.calibration_cache)
-            check_cache_version(cache, trt.__version__, config.calibration_cache)
-            bconf.int8_calibrator = _CacheCalibrator.make(trt, cache.to_bytes())
-            int8_mode = "implicit"
-        else:
-            raise InputError("int8 was asked for, but the model has no Q/DQ nodes and no calibration cache was given",
-                             "quantize it first (sdk quantize --scheme tensorrt), or pass calibration_cache=FILE "
-                             "(TensorRT 8.x)")
-    if config.dla_core is not None:
-        n = builder.num_DLA_cores if num_dla_cores_hint is None else num_dla_cores_hint
-        if config.dla_core >= n:
-            raise InputError(f"DLA core {config.dla_core} was asked for, but this device has {n} DLA core(s)",
-                             "drop --dla-core" if not n else f"use a DLA core in 0..{n - 1}")
-        bconf.default_device_type = trt.DeviceType.DLA
-        bconf.DLA_core = int(config.dla_core)
-        if config.gpu_fallback:
-            bconf.set_flag(trt.BuilderFlag.GPU_FALLBACK)
-    if profiles:
-        prof = builder.create_optimization_profile()
-        for name, (mn, opt, mx) in profiles.items():
-            prof.set_shape(name, mn, opt, mx)
-        bconf.add_optimization_profile(prof)
-        if int8_mode == "implicit" and hasattr(bconf, "set_calibration_profile"):
-            bconf.set_calibration_profile(prof)  # dynamic inputs with implicit int8 need one
-    timing = None
-    if config.timing_cache:
-        tpath = Path(config.timing_cache)
-        blob = tpath.read_bytes() if tpath.is_file() else b""
-        timing = bconf.create_timing_cache(blob)
-        bconf.set_timing_cache(timing, True)  # ignore_mismatch: a cache from another device is skipped
+    _configure_precision(trt, bconf, config, plan)
+    _configure_dla(trt, builder, bconf, config, num_dla_cores_hint)
+    _add_profiles(builder, bconf, profiles, plan)
+    return bconf
+
+
+def build_engine(source: Union[str, Path, bytes], config: BuildConfig, num_dla_cores_hint: Optional[int] = None) -> BuildResult:
+    """Build a serialized engine from an ONNX file or bytes with ``config``.
+
+    The precision is obtained as this TensorRT allows (:func:`precision_plan`): builder flags on
+    TensorRT 8.x-10.x; on TensorRT 11 (strongly typed only) fp16 converts the model first
+    (:func:`~sdk.targets.tensorrt.fp16.convert_to_fp16`) and int8 needs a Q/DQ model.
+
+    Raises :class:`UnsupportedModelError` with the parser's errors (node names) when TensorRT
+    cannot parse the model, :class:`InputError` for a dynamic input without a profile or an
+    impossible request, :class:`BuildError` with the TensorRT log's errors when the build fails.
+    """
+    import time
+
+    trt = import_trt()
+    caps = capabilities(trt)
+    data = Path(source).read_bytes() if isinstance(source, (str, Path)) else bytes(source)
+    plan = precision_plan(caps, config, has_qdq(data) if config.precision == "int8" else False)
+    if plan.convert_fp16:
+        from .fp16 import convert_to_fp16
+
+        data = convert_to_fp16(data)
+        source = data
+    logger = make_logger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(network_flags(trt, caps, plan))
+    _parse(trt, network, logger, source, data)
+    inputs = network_inputs(network)
+    bconf = _builder_config(trt, builder, config, plan, plan_profiles(inputs, config.profiles), num_dla_cores_hint)
+    timing = _load_timing_cache(bconf, config.timing_cache)
     t0 = time.perf_counter()
     serialized = builder.build_serialized_network(network, bconf)
     build_s = time.perf_counter() - t0
@@ -405,13 +536,6 @@ def build_engine(source: Union[str, Path, bytes], config: BuildConfig, num_dla_c
         errs = logger.errors() or ["no error message from TensorRT"]
         raise BuildError("TensorRT could not build the engine: " + " | ".join(errs[-8:]),
                          "see the messages above; try --precision fp32, a larger --workspace, or no DLA core")
-    if timing is not None:
-        try:
-            tpath = Path(config.timing_cache)
-            tpath.parent.mkdir(parents=True, exist_ok=True)
-            tmp = tpath.with_suffix(tpath.suffix + ".tmp")
-            tmp.write_bytes(bytes(bconf.get_timing_cache().serialize()))
-            tmp.replace(tpath)
-        except OSError as exc:
-            log.warning("could not save the timing cache %s: %s", config.timing_cache, exc)
-    return BuildResult(bytes(serialized), inputs, int8_mode, logger.warnings(), build_s)
+    if timing is not None and config.timing_cache:
+        _save_timing_cache(bconf, config.timing_cache)
+    return BuildResult(bytes(serialized), inputs, plan.int8_mode, list(plan.notes) + logger.warnings(), build_s)
