@@ -6,11 +6,53 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+import subprocess
 from typing import Dict, Iterable, Optional
 
-from .probe import dist_version
+from .probe import dist_version, module_installed
 
-__all__ = ["host_info", "cpu_model"]
+__all__ = ["host_info", "cpu_model", "tensorrt_version", "TENSORRT_DISTS"]
+
+#: Distributions that carry TensorRT's Python bindings or libraries (pip), newest names first.
+TENSORRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-libs",
+                  "tensorrt-cu13-libs", "tensorrt-cu12-libs", "tensorrt-cu13-bindings", "tensorrt-cu12-bindings",
+                  "tensorrt-bindings", "nvidia-tensorrt")
+#: Debian packages of JetPack / NVIDIA's apt repository that carry TensorRT.
+_TENSORRT_DEBS = ("python3-libnvinfer", "tensorrt", "libnvinfer-bin")
+
+
+def _deb_version(package: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["dpkg-query", "--showformat=${Version}", "--show", package], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.match(r"(\d+(?:\.\d+)+)", out.strip())
+    return m.group(1) if m else None
+
+
+def tensorrt_version(import_module: bool = False, dpkg: bool = False) -> Optional[str]:
+    """TensorRT's version here, or None: pip metadata of :data:`TENSORRT_DISTS` (cheap, nothing
+    imported); then, when asked, ``tensorrt.__version__`` (``import_module``: JetPack's apt bindings
+    carry no pip metadata; importing loads the libraries, seconds) and the Debian packages
+    (``dpkg``). The one probe of the SDK: the target, the host facts and the board agent use it."""
+    v = dist_version(*TENSORRT_DISTS)
+    if v:
+        return v
+    if import_module and module_installed("tensorrt"):
+        try:
+            import tensorrt  # noqa: PLC0415 - heavy, only when asked
+
+            return str(tensorrt.__version__)
+        except Exception:  # noqa: BLE001 - a broken install is reported as unknown
+            pass
+    if dpkg:
+        for deb in _TENSORRT_DEBS:
+            v = _deb_version(deb)
+            if v:
+                return v
+    return None
 
 
 def cpu_model() -> str:
@@ -41,7 +83,7 @@ def host_info(runtimes: Iterable[str] = ("numpy", "onnx", "onnxruntime", "onnxru
         usable = None
     versions = {}
     for dist in runtimes:
-        v = dist_version(dist)
+        v = tensorrt_version() if dist == "tensorrt" else dist_version(dist)
         if v is not None:
             versions[dist] = v
     return {

@@ -18,7 +18,8 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from ...hostinfo import host_info
-from ...probe import dist_version, module_installed
+from ...hostinfo import tensorrt_version as _tensorrt_version
+from ...probe import dist_version
 from .power.base import read_number, read_text, under
 
 __all__ = ["device_facts", "parse_l4t_release", "jetpack_for_l4t", "parse_nvpmodel_query",
@@ -116,20 +117,8 @@ def cuda_version(root: str) -> Optional[str]:
 
 
 def tensorrt_version() -> Optional[str]:
-    v = dist_version("tensorrt", "tensorrt-cu12", "tensorrt-cu11", "tensorrt_libs")
-    if v:
-        return v
-    if module_installed("tensorrt"):  # JetPack's apt bindings may lack metadata: ask the module
-        try:
-            import tensorrt  # noqa: PLC0415 - heavy, only here
-
-            return str(tensorrt.__version__)
-        except Exception:  # noqa: BLE001 - a broken install is reported as unknown
-            pass
-    out = _run(["dpkg-query", "--showformat=${Version}", "--show", "tensorrt"]) or \
-        _run(["dpkg-query", "--showformat=${Version}", "--show", "libnvinfer-bin"])
-    m = re.match(r"(\d+(?:\.\d+)+)", out.strip()) if out else None
-    return m.group(1) if m else None
+    """TensorRT's version on this board (pip metadata, the module, then dpkg): :func:`sdk.hostinfo.tensorrt_version`."""
+    return _tensorrt_version(import_module=True, dpkg=True)
 
 
 def runtimes() -> Dict[str, Any]:

@@ -1,4 +1,6 @@
-"""TensorRT INT8 calibration cache files (implicit quantization, TensorRT 8.x / JetPack 5).
+"""TensorRT INT8 calibration cache files (implicit quantization, TensorRT 8.x-10.x; TensorRT 11
+has none). The one codec of the SDK: ``sdk quantize`` writes caches with it
+(:mod:`sdk.quantize.trtcache` is its quantizer-facing shim), the TensorRT build reads them.
 
 Format: line 1 ``TRT-<version>-<Algorithm>`` (e.g. ``TRT-8510-EntropyCalibration2``), then one line
 per tensor ``name: <8 hex digits>``, the big-endian float32 scale (amax / 127).
@@ -6,6 +8,7 @@ Runs on the board too: Python 3.8, standard library only.
 """
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass, field
@@ -15,7 +18,11 @@ from typing import Dict, Optional, Tuple, Union
 from ...errors import InputError
 
 __all__ = ["CalibrationCache", "read_calibration_cache", "write_calibration_cache", "trt_version_code",
-           "version_from_code"]
+           "version_from_code", "check_cache_version", "DEFAULT_VERSION_CODE", "DEFAULT_ALGORITHM"]
+
+#: What a cache is written for when no TensorRT version is given: TensorRT 8.5.1 (JetPack 5.1).
+DEFAULT_VERSION_CODE = 8510
+DEFAULT_ALGORITHM = "EntropyCalibration2"
 
 _HEADER = re.compile(r"^TRT-(\d+)-(\w+)$")
 
@@ -37,6 +44,8 @@ class CalibrationCache:
     def to_text(self) -> str:
         lines = [f"TRT-{self.version}-{self.algorithm}"]
         for name, scale in self.scales.items():
+            if not name.strip() or "\n" in name or name != name.strip():
+                raise InputError(f"tensor name {name!r} cannot be written to a TensorRT calibration cache")
             lines.append(f"{name}: {struct.pack('>f', float(scale)).hex()}")
         return "\n".join(lines) + "\n"
 
@@ -83,13 +92,25 @@ def read_calibration_cache(path: Union[str, Path]) -> CalibrationCache:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"calibration cache '{path}' does not exist")
-    return CalibrationCache.from_text(path.read_text(encoding="utf-8", errors="replace"), source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read the calibration cache '{path}': {exc}") from exc
+    return CalibrationCache.from_text(text, source=str(path))
 
 
 def write_calibration_cache(path: Union[str, Path], cache: CalibrationCache) -> Path:
+    """Write ``cache`` atomically (a temporary file renamed over ``path``); returns the path."""
     path = Path(path)
+    text = cache.to_text()  # a bad name fails before anything is written
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(cache.to_text(), encoding="utf-8")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     return path
 
 

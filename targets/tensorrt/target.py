@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from ...errors import BuildError, InputError
-from ...probe import dist_version, module_installed
+from ...hostinfo import tensorrt_version
+from ...probe import module_installed
 from ..base import Artifact, Availability, Target
 from .build import BUILD_KEYS, build_config, build_engine, check_device_support, import_trt
 from .cache import EngineCache, EngineKey, default_cache_dir
@@ -19,7 +20,6 @@ __all__ = ["TensorRTTarget"]
 
 log = logging.getLogger("sdk.targets.tensorrt")
 
-_DISTS = ("tensorrt", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-cu13", "tensorrt_lean", "nvidia-tensorrt")
 _NO_TRT = ("the tensorrt Python package is not installed (TensorRT comes with JetPack on Jetson boards; "
            "on an x86 NVIDIA GPU host: pip install tensorrt)")
 
@@ -57,7 +57,7 @@ class TensorRTTarget(Target):
 
         if not module_installed("tensorrt"):
             return Availability(False, reason=_NO_TRT)
-        version = dist_version(*_DISTS)
+        version = tensorrt_version()
         if not installed_backends():
             return Availability(False, version=version,
                                 reason="TensorRT needs pycuda or cuda-python for GPU buffers, and neither is installed "

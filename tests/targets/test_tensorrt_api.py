@@ -66,7 +66,7 @@ def _binding_dirs():
 
 def _version_of(folder: Path) -> str:
     for info in folder.glob("tensorrt*bindings-*.dist-info"):
-        return info.name.split("-")[1]
+        return info.name[: -len(".dist-info")].split("-")[1]
     return "?"
 
 
@@ -241,3 +241,25 @@ Overloaded function.
                                                      ("flags", "extra"))
     assert _check_call(Builder.set_shape, "IOptimizationProfile.set_shape", ("input", "min", "opt", "max")) is None
     assert _check_call(Builder.set_shape, "IOptimizationProfile.set_shape", ("input", "lo", "opt", "hi"))
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_one_version_probe_reads_the_bindings_metadata(major):
+    """sdk.hostinfo.tensorrt_version (used by the target, the host facts and the board agent) finds
+    each bindings wheel from its pip metadata, importing nothing."""
+    folder = _need(major)
+    code = ("import sys; from sdk.hostinfo import tensorrt_version; v = tensorrt_version(); "
+            "assert 'tensorrt_bindings' not in sys.modules; print(v)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), str(ROOT)]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == _version_of(folder)
+
+
+def test_target_and_agent_share_the_probe():
+    from sdk import hostinfo
+    from sdk.remote.agent import facts
+    from sdk.targets.tensorrt import target
+
+    assert target.tensorrt_version is hostinfo.tensorrt_version
+    assert facts._tensorrt_version is hostinfo.tensorrt_version
