@@ -4,7 +4,6 @@
 # (tests/targets/test_tensorrt_api.py). About 1 MB each; no TensorRT libraries (the test compiles
 # stubs). 8.6.1 is the JetPack 5 line (the only 8.x bindings wheel on PyPI; cp38-cp311 only),
 # 10.x JetPack 6/7, 11.x the newest. Exports EDGESDK_TRT_BINDINGS (folders, ':'-separated).
-set -uo pipefail
 
 TRT_BINDINGS_SPECS="${TRT_BINDINGS_SPECS:-tensorrt-bindings==8.6.1 tensorrt-cu12-bindings==10.3.0 tensorrt-cu13-bindings==11.4.0.106}"
 _root="${EDGESDK_CI_CACHE:-$HOME/.cache/edgesdk-ci}/trt-bindings"

@@ -74,6 +74,11 @@ class GpuPreprocessor:
     ``backend``: an open :class:`~sdk.targets.cuda.CudaBackend` (default: ``get_backend()``, closed
     with this object). :meth:`to_device` leaves the result on the GPU (a buffer to bind straight to
     a TensorRT input); :meth:`__call__` returns it as a host array.
+
+    Zero-copy input: a frame already in pinned or registered host memory (:meth:`input_buffer`, or
+    the caller's array after ``backend.register_host(arr)``) is copied to the GPU as it is, so
+    preprocessing costs one host-to-device copy and one kernel; any other array is first copied
+    into the pinned staging buffer.
     """
 
     def __init__(self, spec: PreprocessSpec, backend: Any = None, stream: Any = None):
@@ -102,15 +107,34 @@ class GpuPreprocessor:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _stage(self, image: np.ndarray):
-        image = _check_image(image)
-        if self._src_host is None or self._src_host.shape != image.shape:
+    def input_buffer(self, height: int, width: int) -> np.ndarray:
+        """The pinned staging array (``height`` x ``width`` x 3 uint8) for a frame of that size:
+        decode or write a frame straight into it (``cap.read(buf)``, ``np.copyto(buf, ...)``, a
+        camera driver's DMA), then :meth:`to_device` copies it to the GPU with no host copy. It is
+        reused for every frame of that size: do not rewrite it before the stream has consumed it
+        (:meth:`to_device` is asynchronous; :meth:`__call__` waits)."""
+        shape = (int(height), int(width), 3)
+        if self._src_host is None or self._src_host.shape != shape:
+            self._src_host = self.backend.pinned(shape, np.uint8)
+        return self._src_host
+
+    def _device_src(self, nbytes: int) -> Any:
+        if self._src is None or self._src.nbytes < nbytes:
             if self._src is not None:
                 self._src.free()
-            self._src_host = self.backend.pinned(image.shape, np.uint8)
-            self._src = self.backend.alloc(image.nbytes)
-        np.copyto(self._src_host, image)
-        self.backend.htod(self._src, self._src_host, self.stream)
+            self._src = self.backend.alloc(nbytes)
+        return self._src
+
+    def _stage(self, image: np.ndarray) -> None:
+        """Copy ``image`` to the device source buffer: straight from it when it is pinned or
+        registered memory (:meth:`input_buffer`, ``backend.register_host``), else through the
+        staging buffer."""
+        image = _check_image(image)
+        if not (image.flags.c_contiguous and self.backend.is_pinned(image)):
+            staging = self.input_buffer(image.shape[0], image.shape[1])
+            np.copyto(staging, image)
+            image = staging
+        self.backend.htod(self._device_src(image.nbytes), image, self.stream)
 
     def launch(self, src: Any, src_h: int, src_w: int, src_pitch: int, dst: Any, stream: Any = None) -> None:
         """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``."""

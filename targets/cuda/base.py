@@ -125,6 +125,8 @@ class CudaBackend:
         self.device = int(device)
         self._closed = False
         self._buffers: List[DeviceBuffer] = []
+        self._pinned_ranges: List[Tuple[int, int]] = []  # (start, end) of pinned/registered host memory
+        self._registered: dict = {}  # host pointer -> backend handle of a registration
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> "CudaBackend":
@@ -143,6 +145,13 @@ class CudaBackend:
             except Exception:  # freeing during teardown must not mask the real error
                 pass
         self._buffers = []
+        for ptr in list(self._registered):
+            try:
+                self._unregister(ptr)
+            except Exception:
+                pass
+        self._registered = {}
+        self._pinned_ranges = []
         self._close_impl()
 
     # -- public API ----------------------------------------------------------------------------------
@@ -163,7 +172,35 @@ class CudaBackend:
 
     def pinned(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         """A page-locked host array (fast, asynchronous copies)."""
-        return self._pinned(tuple(int(s) for s in shape), np.dtype(dtype))
+        arr = self._pinned(tuple(int(s) for s in shape), np.dtype(dtype))
+        self._pinned_ranges.append((int(arr.ctypes.data), int(arr.ctypes.data) + int(arr.nbytes)))
+        return arr
+
+    def register_host(self, arr: np.ndarray) -> np.ndarray:
+        """Page-lock an existing C-contiguous host array in place (``cuMemHostRegister``), so copies
+        from it are direct DMA, like from :meth:`pinned` memory; returns ``arr``. Undone by
+        :meth:`unregister_host` or :meth:`close`. The array must stay alive while registered."""
+        if not arr.flags.c_contiguous or arr.nbytes == 0:
+            raise InputError("register_host needs a non-empty C-contiguous array")
+        ptr = int(arr.ctypes.data)
+        if ptr not in self._registered:
+            self._registered[ptr] = self._register(arr)
+            self._pinned_ranges.append((ptr, ptr + int(arr.nbytes)))
+        return arr
+
+    def unregister_host(self, arr: np.ndarray) -> None:
+        """Undo :meth:`register_host`."""
+        ptr = int(arr.ctypes.data)
+        if ptr in self._registered:
+            self._unregister(ptr)
+            del self._registered[ptr]
+            self._pinned_ranges = [r for r in self._pinned_ranges if r[0] != ptr]
+
+    def is_pinned(self, arr: np.ndarray) -> bool:
+        """True when ``arr``'s bytes lie in memory from :meth:`pinned` or :meth:`register_host`."""
+        start = int(arr.ctypes.data)
+        end = start + int(arr.nbytes)
+        return any(lo <= start and end <= hi for lo, hi in self._pinned_ranges)
 
     def htod(self, dst: Union[DeviceBuffer, int], src: np.ndarray, stream: Optional[Stream] = None) -> None:
         """Copy ``src`` (C-contiguous) to device pointer ``dst``; asynchronous on ``stream``."""
@@ -214,6 +251,8 @@ class CudaBackend:
     def _alloc(self, nbytes: int) -> DeviceBuffer: raise NotImplementedError
     def _free(self, buf: DeviceBuffer) -> None: raise NotImplementedError
     def _pinned(self, shape, dtype) -> np.ndarray: raise NotImplementedError
+    def _register(self, arr: np.ndarray) -> Any: raise NotImplementedError
+    def _unregister(self, ptr: int) -> None: raise NotImplementedError
     def _htod(self, dst: int, src: np.ndarray, stream: Optional[Stream]) -> None: raise NotImplementedError
     def _dtoh(self, dst: np.ndarray, src: int, stream: Optional[Stream]) -> None: raise NotImplementedError
     def _memset_d32(self, dst: int, value: int, count: int, stream: Optional[Stream]) -> None: raise NotImplementedError

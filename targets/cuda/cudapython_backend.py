@@ -93,6 +93,13 @@ class CudaPythonBackend(CudaBackend):
         count = int(np.prod(shape, dtype=np.int64))
         return np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
 
+    def _register(self, arr: np.ndarray) -> Any:
+        self._check(self._cu.cuMemHostRegister(int(arr.ctypes.data), int(arr.nbytes), 0), "cuMemHostRegister")
+        return int(arr.ctypes.data)
+
+    def _unregister(self, ptr: int) -> None:
+        self._check(self._cu.cuMemHostUnregister(ptr), "cuMemHostUnregister")
+
     def _sh(self, stream: Optional[Stream]):
         return stream.obj if stream is not None else self._cu.CUstream(0)
 

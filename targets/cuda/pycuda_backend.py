@@ -82,6 +82,12 @@ class PyCudaBackend(CudaBackend):
     def _pinned(self, shape, dtype) -> np.ndarray:
         return self._call("pinned allocation", self._drv.pagelocked_empty, shape, dtype)
 
+    def _register(self, arr: np.ndarray) -> Any:
+        return self._call("host memory registration", self._drv.register_host_memory, arr, 0)
+
+    def _unregister(self, ptr: int) -> None:
+        self._call("host memory unregistration", self._registered[ptr].base.unregister)
+
     def _htod(self, dst: int, src: np.ndarray, stream: Optional[Stream]) -> None:
         if stream is None:
             self._call("copy to device", self._drv.memcpy_htod, dst, src)
