@@ -46,7 +46,7 @@ NVRTC = _nvrtc()
 
 
 @pytest.mark.skipif(NVRTC is None, reason="cuda-python's NVRTC is not usable here (cuda-python or libnvrtc missing)")
-@pytest.mark.parametrize("cc", [(8, 7), (7, 5)])
+@pytest.mark.parametrize("cc", [(8, 7), (7, 5), (9, 0)])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_nvrtc_compiles(src, cc):
     from sdk.targets.cuda.cudapython_backend import nvrtc_compile
