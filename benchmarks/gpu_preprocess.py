@@ -1,0 +1,126 @@
+"""GPU preprocessing of a 1920x1080 BGR uint8 frame to a 640x640 letterboxed RGB float32 NCHW
+tensor, (x - mean) / std, left on the GPU: edgesdk's fused kernel (sdk.kernels.GpuPreprocessor)
+from a pageable frame, from a frame decoded straight into its pinned input buffer (zero-copy),
+and from the caller's own registered memory; vs PyTorch (upload, permute, float, bilinear
+interpolate, pad, normalise) from a pageable and from a pre-pinned frame. Wall time per frame
+(all synchronise), interleaved rounds, medians. Goals (issue 13): zero-copy >= 2x torch pageable,
+and <= 1.3x torch pre-pinned.
+
+    python benchmarks/gpu_preprocess.py [--backend auto] [--runs 100]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable, Dict, List
+
+import numpy as np
+
+MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
+
+
+def _torch_pre(torch: Any, spec: Any, src_hw) -> Callable[[Any], Any]:
+    import torch.nn.functional as F
+
+    _, nh, nw, top, left = spec.letterbox_geometry(*src_hw)
+    h, w = spec.size
+    mean = torch.tensor(MEAN, device="cuda").view(1, 3, 1, 1)
+    inv_std = (1.0 / torch.tensor(STD, device="cuda")).view(1, 3, 1, 1)
+
+    def run(frame_host):
+        t = frame_host.cuda(non_blocking=True)
+        x = t.permute(2, 0, 1)[None].float()
+        x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False)
+        out = torch.full((1, 3, h, w), float(spec.pad_value), device="cuda")
+        out[:, :, top:top + nh, left:left + nw] = x
+        out = (out[:, [2, 1, 0]] - mean) * inv_std  # BGR -> RGB
+        torch.cuda.synchronize()
+        return out
+
+    return run
+
+
+def run(backend: Any, runs: int = 100) -> Dict[str, Any]:
+    """Medians (ms) of each path, the ratios the goals name, and the max |difference| between ours
+    and torch's output (the same work)."""
+    from sdk.kernels.preprocess import GpuPreprocessor
+    from sdk.preprocess import PreprocessSpec
+
+    spec = PreprocessSpec(size=(640, 640), resize="letterbox", input_order="BGR", color="RGB", layout="NCHW",
+                          dtype="float32", mean=MEAN, std=STD)
+    frame = np.random.default_rng(0).integers(0, 256, size=(1080, 1920, 3), dtype=np.uint8)
+    out: Dict[str, Any] = {}
+    with GpuPreprocessor(spec, backend=backend) as pre:
+        staging = pre.input_buffer(1080, 1920)
+        np.copyto(staging, frame)  # stands for a decoder writing the frame there
+        own = np.array(frame)  # the caller's own buffer, page-locked in place
+        backend.register_host(own)
+
+        def ours(img):
+            pre.to_device(img)
+            pre.stream.synchronize()
+
+        fns: Dict[str, Callable[[], Any]] = {
+            "edgesdk pageable": lambda: ours(frame),
+            "edgesdk zero-copy": lambda: ours(staging),
+            "edgesdk registered": lambda: ours(own),
+        }
+        try:
+            import torch
+
+            has_torch = torch.cuda.is_available()
+        except ImportError:
+            has_torch = False
+        if has_torch:
+            tpre = _torch_pre(torch, spec, frame.shape[:2])
+            pageable, pinned = torch.from_numpy(frame), torch.from_numpy(frame).pin_memory()
+            fns["torch pageable"] = lambda: tpre(pageable)
+            fns["torch pre-pinned"] = lambda: tpre(pinned)
+        for fn in fns.values():
+            for _ in range(5):
+                fn()
+        times: Dict[str, List[float]] = {k: [] for k in fns}
+        for _ in range(runs):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t0) * 1e3)
+        out["median_ms"] = {k: statistics.median(v) for k, v in times.items()}
+        mine = pre(frame)
+        if has_torch:
+            ref = tpre(pageable).cpu().numpy()
+            out["max_abs_diff_vs_torch"] = float(np.abs(mine - ref).max())
+            m = out["median_ms"]
+            out["zero_copy_vs_torch_pageable"] = m["torch pageable"] / m["edgesdk zero-copy"]
+            out["zero_copy_vs_torch_pinned"] = m["edgesdk zero-copy"] / m["torch pre-pinned"]
+        backend.unregister_host(own)
+    return out
+
+
+def print_result(res: Dict[str, Any]) -> None:
+    for name, ms in res["median_ms"].items():
+        print(f"  {name:<20} {ms:8.3f} ms")
+    if "zero_copy_vs_torch_pageable" in res:
+        a, b = res["zero_copy_vs_torch_pageable"], res["zero_copy_vs_torch_pinned"]
+        print(f"  zero-copy is {a:.2f}x torch pageable (goal >= 2: {'yes' if a >= 2 else 'NO'}); "
+              f"{b:.2f}x torch pre-pinned's time (goal <= 1.3: {'yes' if b <= 1.3 else 'NO'}); "
+              f"max |ours - torch| {res['max_abs_diff_vs_torch']:.3g}")
+    else:
+        print("  torch with CUDA not installed: no comparison")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--runs", type=int, default=100)
+    args = ap.parse_args()
+    from sdk.targets.cuda import get_backend
+
+    with get_backend(args.backend) as backend:
+        print(f"1920x1080 -> 640x640 letterbox NCHW float32 on {backend.name}; median of {args.runs} interleaved runs")
+        print_result(run(backend, args.runs))
+
+
+if __name__ == "__main__":
+    main()

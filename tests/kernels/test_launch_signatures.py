@@ -1,0 +1,155 @@
+"""The Python wrappers launch each kernel with exactly the parameters its CUDA C signature declares
+(count, and pointer / int / float kind, in order), with the block sizes the kernels are written
+for. Checked without a GPU: the CUDA layer is replaced at its lowest level (memory, copies,
+launches) by a recording backend, labelled as such; the kernels' results are checked on a GPU
+(tests/kernels/test_gpu_kernels.py, scripts/gpu_check.py)."""
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+from sdk.kernels.loader import KERNEL_DIR
+from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output
+from sdk.preprocess import PreprocessSpec
+from sdk.targets.cuda.base import CudaBackend, DeviceBuffer, Event, Kernel, Stream
+
+
+class RecordingBackend(CudaBackend):
+    """SIMULATED CUDA layer: host memory stands in for device memory, launches are recorded, not run."""
+
+    name = "recording (simulated, no GPU)"
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.launches: List[Tuple[str, Tuple[int, int, int], Tuple[int, int, int], List[np.generic]]] = []
+        self._next = 0x10000
+
+    def _alloc(self, nbytes: int) -> DeviceBuffer:
+        ptr, self._next = self._next, self._next + ((nbytes + 255) // 256) * 256
+        return DeviceBuffer(self, ptr, nbytes, handle=ptr)
+
+    def _free(self, buf: DeviceBuffer) -> None:
+        pass
+
+    def _pinned(self, shape, dtype) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    def _register(self, arr: np.ndarray) -> Any:
+        return int(arr.ctypes.data)
+
+    def _unregister(self, ptr: int) -> None:
+        pass
+
+    def _htod(self, dst, src, stream) -> None:
+        pass
+
+    def _dtoh(self, dst, src, stream) -> None:
+        pass
+
+    def _memset_d32(self, dst, value, count, stream) -> None:
+        pass
+
+    def _stream(self) -> Stream:
+        return Stream(self, None, 0)
+
+    def _stream_sync(self, stream) -> None:
+        pass
+
+    def _event(self) -> Event:
+        return Event(self, None)
+
+    def _ctx_sync(self) -> None:
+        pass
+
+    def _compile(self, source: str, name: str, options: List[str]) -> Any:
+        return name
+
+    def _function(self, module: Any, name: str) -> Kernel:
+        return Kernel(self, name, name, module)
+
+    def _launch(self, kernel, grid, block, args, stream, shared_bytes) -> None:
+        self.launches.append((kernel.name, grid, block, list(args)))
+
+
+def kernel_signatures(source: str) -> Dict[str, List[str]]:
+    """kernel name -> parameter kinds ("ptr", "int", "float") from the .cu source."""
+    text = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    out = {}
+    for m in re.finditer(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\((.*?)\)\s*\{', text, flags=re.S):
+        kinds = []
+        for p in m.group(2).split(","):
+            p = " ".join(p.split())
+            kinds.append("ptr" if "*" in p else "float" if re.match(r"(const )?float\b", p) else "int")
+        out[m.group(1)] = kinds
+    return out
+
+
+def _kind(arg: np.generic) -> str:
+    if arg.dtype == np.uint64:
+        return "ptr"
+    return "float" if arg.dtype == np.float32 else "int" if arg.dtype == np.int32 else str(arg.dtype)
+
+
+def _define(source: str, name: str) -> int:
+    return int(re.search(rf"#define {name} (\d+)", source).group(1))
+
+
+@pytest.mark.parametrize("n,transposed", [(8400, True), (1000, False), (1, False)])
+def test_postprocess_launches_match_the_kernels(n, transposed):
+    from sdk.kernels import postprocess as pp
+
+    src = (KERNEL_DIR / "postprocess.cu").read_text()
+    sigs = kernel_signatures(src)
+    assert pp.THREADS == _define(src, "EDGESDK_THREADS") and pp.SCAN_THREADS == _define(src, "EDGESDK_SCAN_THREADS")
+    assert 1 << pp.RADIX_BITS == _define(src, "EDGESDK_RADIX")
+    b = RecordingBackend()
+    spec = PostprocessSpec(has_objectness=False, transposed=transposed)
+    pred = synthetic_yolo_output(n, 80, False, seed=1)
+    with pp.GpuYoloPostprocessor(spec, n, pred.shape[1], backend=b) as post:
+        post(np.ascontiguousarray(pred.T) if transposed else pred)
+    names = [l[0] for l in b.launches]
+    assert names == (["edgesdk_yolo_decode", "edgesdk_scan", "edgesdk_compact"]
+                     + ["edgesdk_radix_hist", "edgesdk_scan", "edgesdk_radix_scatter"] * pp.RADIX_PASSES
+                     + ["edgesdk_nms_mask", "edgesdk_nms_gather"])
+    blocks = (n + pp.THREADS - 1) // pp.THREADS
+    for name, grid, block, args in b.launches:
+        assert [_kind(a) for a in args] == sigs[name], name
+        want_block = {"edgesdk_scan": pp.SCAN_THREADS, "edgesdk_nms_mask": 64}.get(name, pp.THREADS)
+        assert block == (want_block, 1, 1), name
+        if name in ("edgesdk_yolo_decode", "edgesdk_compact", "edgesdk_radix_hist", "edgesdk_radix_scatter"):
+            assert grid == (blocks, 1, 1), name  # the hist/scan/scatter layout assumes one grid size
+    words = pp.mask_words(spec.max_candidates)
+    mask_launch = next(l for l in b.launches if l[0] == "edgesdk_nms_mask")
+    assert mask_launch[1] == (words, words, 1)
+
+
+def test_preprocess_launch_matches_the_kernel_and_zero_copy_skips_the_host_copy(monkeypatch):
+    from sdk.kernels.preprocess import BLOCK, GpuPreprocessor
+
+    src = (KERNEL_DIR / "preprocess.cu").read_text()
+    sig = kernel_signatures(src)["edgesdk_preprocess"]
+    b = RecordingBackend()
+    spec = PreprocessSpec(size=(640, 640), resize="letterbox")
+    frame = np.random.default_rng(0).integers(0, 256, size=(1080, 1920, 3), dtype=np.uint8)
+    copies = []
+    real_copyto = np.copyto
+    monkeypatch.setattr(np, "copyto", lambda dst, s, **kw: (copies.append(dst.shape), real_copyto(dst, s, **kw)))
+    with GpuPreprocessor(spec, backend=b) as pre:
+        pre.to_device(frame)  # pageable: one host copy into the pinned staging buffer
+        assert copies == [(1080, 1920, 3)]
+        staging = pre.input_buffer(1080, 1920)
+        assert b.is_pinned(staging) and not b.is_pinned(frame)
+        pre.to_device(staging)  # zero-copy: straight from the staging buffer
+        own = np.array(frame)
+        b.register_host(own)
+        pre.to_device(own)  # the caller's registered memory, as is
+        assert copies == [(1080, 1920, 3)]
+        b.unregister_host(own)
+        assert not b.is_pinned(own)
+    assert len(b.launches) == 3
+    for name, grid, block, args in b.launches:
+        assert [_kind(a) for a in args] == sig
+        assert block == BLOCK and grid == ((640 + BLOCK[0] - 1) // BLOCK[0], (640 + BLOCK[1] - 1) // BLOCK[1], 1)
