@@ -52,6 +52,7 @@ class PyCudaBackend(CudaBackend):
     def __init__(self, device: int = 0):
         super().__init__(device)
         drv = self._drv = _import()
+        self._host_allocs: List[Any] = []
         try:
             drv.init()
             self._ctx = drv.Device(self.device).retain_primary_context()
@@ -60,11 +61,22 @@ class PyCudaBackend(CudaBackend):
             raise TargetUnavailableError(f"pycuda cannot open GPU {self.device}: {exc}") from exc
 
     def _close_impl(self) -> None:
-        try:
-            self._ctx.pop()
-        except Exception:
-            pass
-        self._ctx = None
+        """Free the pinned host memory this backend allocated, then pop and detach the context, so
+        no context is left on pycuda's stack (pycuda aborts the process at exit otherwise)."""
+        ctx, self._ctx = self._ctx, None
+        if ctx is None:
+            return
+        for host in self._host_allocs:
+            try:
+                host.base.free()
+            except Exception:  # noqa: BLE001 - teardown goes on
+                pass
+        self._host_allocs = []
+        for step in (self._drv.Context.synchronize, ctx.pop, ctx.detach):
+            try:
+                step()
+            except Exception:  # noqa: BLE001 - a failed step must not keep the others from running
+                pass
 
     def _call(self, what: str, fn, *args, **kw):
         try:
@@ -80,7 +92,9 @@ class PyCudaBackend(CudaBackend):
         buf._handle.free()
 
     def _pinned(self, shape, dtype) -> np.ndarray:
-        return self._call("pinned allocation", self._drv.pagelocked_empty, shape, dtype)
+        arr = self._call("pinned allocation", self._drv.pagelocked_empty, shape, dtype)
+        self._host_allocs.append(arr)
+        return arr
 
     def _register(self, arr: np.ndarray) -> Any:
         return self._call("host memory registration", self._drv.register_host_memory, arr, 0)
