@@ -269,7 +269,7 @@ def run_tests(pythonpath: str, timeout_s: float) -> Dict[str, Any]:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
-        print(f"\n$ (cd {work} && {' '.join(cmd[1:])})", flush=True)
+        print(f"\n$ (cd {work} && python {' '.join(cmd[1:])})", flush=True)
         try:
             proc = subprocess.run(cmd, cwd=str(work), env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -19,9 +19,9 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-import sdk
+import sdk.targets.cuda
 
-CUDA_DIR = Path(sdk.__file__).resolve().parent / "targets" / "cuda"
+CUDA_DIR = Path(sdk.targets.cuda.__file__).parent  # the files this import uses, wherever sdk comes from
 REQUIRE = os.environ.get("EDGESDK_REQUIRE_GPU_APIS") == "1"
 
 #: file -> {local name of a module in the code: the real module}

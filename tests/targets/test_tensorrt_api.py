@@ -23,10 +23,13 @@ from pathlib import Path
 import pytest
 
 import sdk
+import sdk.remote.agent
+import sdk.targets.tensorrt
 from sdk.targets.tensorrt.api import OPTIONAL, REQUIRED, VARIABLE_TYPES
 
-ROOT = Path(sdk.__file__).resolve().parent.parent  # the folder that holds the `sdk` package
-PKG = Path(sdk.__file__).resolve().parent
+ROOT = Path(sdk.__file__).parent.parent  # the sys.path folder this `sdk` came from (links not resolved)
+TRT_DIR = Path(sdk.targets.tensorrt.__file__).parent
+AGENT_DIR = Path(sdk.remote.agent.__file__).parent
 
 #: The C entry points the bindings import (nm -D --undefined-only tensorrt.so), plus the C++ ones of
 #: libnvparsers (UFF/Caffe parsers, 8.x only) under their mangled names.
@@ -202,14 +205,14 @@ def _uses(path: Path):
 
 def test_tables_list_every_tensorrt_name_the_code_uses():
     known = set(REQUIRED) | set(OPTIONAL)
-    files = sorted((PKG / "targets" / "tensorrt").glob("*.py")) + sorted((PKG / "remote" / "agent").rglob("*.py"))
+    files = sorted(TRT_DIR.glob("*.py")) + sorted(AGENT_DIR.rglob("*.py"))
     unknown = []
     for f in files:
         if f.name == "api.py":
             continue
         for used, line in _uses(f):
             if used not in known and not any(k.startswith(used + ".") for k in known):
-                unknown.append(f"{f.relative_to(PKG)}:{line}: {used}")
+                unknown.append(f"{f}:{line}: {used}")
     assert not unknown, "TensorRT names used but not in sdk.targets.tensorrt.api:\n" + "\n".join(unknown)
 
 
