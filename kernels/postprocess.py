@@ -69,6 +69,9 @@ class GpuYoloPostprocessor:
         self._h_scores = b.pinned((md,), np.float32)
         self._h_classes = b.pinned((md,), np.int32)
         self._h_rows = b.pinned((md,), np.int32)
+        self._launches = self._bind()
+        self._decode: Any = None
+        self._decode_ptr: Optional[int] = None
 
     def close(self) -> None:
         if self._own and self.backend is not None:
@@ -81,39 +84,58 @@ class GpuYoloPostprocessor:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def launch(self, pred: Any, stream: Any = None) -> None:
-        """Enqueue the kernels on a device buffer ``pred`` (float32). Asynchronous."""
-        s = stream or self.stream
-        sp, n, k = self.spec, self.num_rows, self._k
+    def _bind(self) -> List[Any]:
+        """Every launch after the decode, with its arguments packed once (they never change)."""
+        sp, n, k, b = self.spec, self.num_rows, self._k, self.backend
         i32, f32, null = np.int32, np.float32, np.uint64(0)
-        row_stride, col_stride = (1, n) if sp.transposed else (self.num_fields, 1)
-        grid, block = (self._blocks, 1, 1), (THREADS, 1, 1)
-        k["edgesdk_yolo_decode"](grid, block, [pred, i32(n), i32(self.num_classes), i32(int(sp.has_objectness)),
-                                               i32(row_stride), i32(col_stride), f32(sp.score_threshold),
-                                               self._flags, self._keys_row, self._scores, self._boxes,
-                                               self._classes, self._block_counts], stream=s)
-        k["edgesdk_scan"]((1, 1, 1), (SCAN_THREADS, 1, 1), [self._block_counts, i32(self._blocks), self._count],
-                          stream=s)
-        k["edgesdk_compact"](grid, block, [self._flags, self._keys_row, i32(n), self._block_counts,
-                                           self._keys[0], self._rows[0]], stream=s)
+        grid, block, one = (self._blocks, 1, 1), (THREADS, 1, 1), (1, 1, 1)
         hist_len = i32((1 << RADIX_BITS) * self._blocks)
+        out = [b.bind_launch(k["edgesdk_scan"], one, (SCAN_THREADS, 1, 1), [self._block_counts, i32(self._blocks),
+                                                                           self._count]),
+               b.bind_launch(k["edgesdk_compact"], grid, block, [self._flags, self._keys_row, i32(n), self._block_counts,
+                                                                 self._keys[0], self._rows[0]])]
         for p in range(RADIX_PASSES):
             src, dst = p % 2, (p + 1) % 2
             shift = i32(p * RADIX_BITS)
-            k["edgesdk_radix_hist"](grid, block, [self._keys[src], self._count, shift, self._hist], stream=s)
-            k["edgesdk_scan"]((1, 1, 1), (SCAN_THREADS, 1, 1), [self._hist, hist_len, null], stream=s)
-            k["edgesdk_radix_scatter"](grid, block, [self._keys[src], self._rows[src], self._count, shift, self._hist,
-                                                     self._keys[dst], self._rows[dst]], stream=s)
-        sorted_rows = self._rows[RADIX_PASSES % 2]
-        words = self._words
-        k["edgesdk_nms_mask"]((words, words, 1), (MASK_THREADS, 1, 1),
-                              [self._boxes, self._classes, sorted_rows, self._count, i32(sp.max_candidates),
-                               f32(sp.iou_threshold), self._mask, i32(words)], stream=s)
-        k["edgesdk_nms_gather"]((1, 1, 1), (THREADS, 1, 1),
-                                [self._mask, i32(words), self._boxes, self._classes, self._scores, sorted_rows,
-                                 self._count, i32(sp.max_candidates), i32(sp.max_detections), self._removed,
-                                 self._out_boxes, self._out_scores, self._out_classes, self._out_rows,
-                                 self._out_count], stream=s)
+            out.append(b.bind_launch(k["edgesdk_radix_hist"], grid, block, [self._keys[src], self._count, shift,
+                                                                            self._hist]))
+            out.append(b.bind_launch(k["edgesdk_scan"], one, (SCAN_THREADS, 1, 1), [self._hist, hist_len, null]))
+            out.append(b.bind_launch(k["edgesdk_radix_scatter"], grid, block,
+                                     [self._keys[src], self._rows[src], self._count, shift, self._hist,
+                                      self._keys[dst], self._rows[dst]]))
+        sorted_rows, words = self._rows[RADIX_PASSES % 2], self._words
+        out.append(b.bind_launch(k["edgesdk_nms_mask"], (words, words, 1), (MASK_THREADS, 1, 1),
+                                 [self._boxes, self._classes, sorted_rows, self._count, i32(sp.max_candidates),
+                                  f32(sp.iou_threshold), self._mask, i32(words)]))
+        out.append(b.bind_launch(k["edgesdk_nms_gather"], one, block,
+                                 [self._mask, i32(words), self._boxes, self._classes, self._scores, sorted_rows,
+                                  self._count, i32(sp.max_candidates), i32(sp.max_detections), self._removed,
+                                  self._out_boxes, self._out_scores, self._out_classes, self._out_rows,
+                                  self._out_count]))
+        return out
+
+    def _bind_decode(self, pred: Any) -> Any:
+        sp, n = self.spec, self.num_rows
+        i32 = np.int32
+        row_stride, col_stride = (1, n) if sp.transposed else (self.num_fields, 1)
+        return self.backend.bind_launch(
+            self._k["edgesdk_yolo_decode"], (self._blocks, 1, 1), (THREADS, 1, 1),
+            [pred, i32(n), i32(self.num_classes), i32(int(sp.has_objectness)), i32(row_stride), i32(col_stride),
+             np.float32(sp.score_threshold), self._flags, self._keys_row, self._scores, self._boxes, self._classes,
+             self._block_counts])
+
+    def launch(self, pred: Any, stream: Any = None) -> None:
+        """Enqueue the kernels on a device buffer ``pred`` (float32; a :class:`DeviceBuffer` or a
+        pointer). Asynchronous. The launches are packed once; a new ``pred`` pointer repacks the
+        first."""
+        s = stream or self.stream
+        ptr = int(pred)
+        if self._decode_ptr != ptr:
+            self._decode = self._bind_decode(np.uint64(ptr) if isinstance(pred, int) else pred)
+            self._decode_ptr = ptr
+        self._decode(s)
+        for launch in self._launches:
+            launch(s)
 
     def fetch(self, stream: Any = None) -> Detections:
         """Copy the last launch's detections to the host (synchronises the stream)."""

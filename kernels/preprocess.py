@@ -68,6 +68,11 @@ def emulate(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
     return np.ascontiguousarray(out[None]).astype(spec.dtype)
 
 
+def _ptr(buf: Any) -> Any:
+    """A kernel pointer argument: a DeviceBuffer as is, a raw address (int) as np.uint64."""
+    return np.uint64(buf) if isinstance(buf, int) else buf
+
+
 class GpuPreprocessor:
     """Runs ``preprocess.cu`` for one :class:`PreprocessSpec`.
 
@@ -94,6 +99,7 @@ class GpuPreprocessor:
         self._out = self.backend.alloc(int(np.prod(spec.output_shape())) * np.dtype(spec.dtype).itemsize)
         self._src = None
         self._src_host = None
+        self._bound: Dict[Any, Any] = {}
         self._host_out = self.backend.pinned(spec.output_shape(), spec.dtype)
 
     def close(self) -> None:
@@ -137,15 +143,22 @@ class GpuPreprocessor:
         self.backend.htod(self._device_src(image.nbytes), image, self.stream)
 
     def launch(self, src: Any, src_h: int, src_w: int, src_pitch: int, dst: Any, stream: Any = None) -> None:
-        """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``."""
-        p = launch_params(self.spec, src_h, src_w)
-        i32 = np.int32
-        args = [src, i32(src_h), i32(src_w), i32(src_pitch), dst, i32(p["dst_h"]), i32(p["dst_w"]),
-                i32(p["top"]), i32(p["left"]), i32(p["region_h"]), i32(p["region_w"]),
-                p["scale_y"], p["scale_x"], p["pad_value"], *p["mean"], *p["inv_std"],
-                i32(p["swap_rb"]), i32(p["out_nchw"]), i32(p["out_half"])]
-        grid = ((p["dst_w"] + BLOCK[0] - 1) // BLOCK[0], (p["dst_h"] + BLOCK[1] - 1) // BLOCK[1], 1)
-        self._kernel(grid, BLOCK, args, stream=stream or self.stream)
+        """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``.
+        The launch is packed once per (buffers, size) and reused."""
+        key = (int(src), int(src_h), int(src_w), int(src_pitch), int(dst))
+        bound = self._bound.get(key)
+        if bound is None:
+            p = launch_params(self.spec, src_h, src_w)
+            i32 = np.int32
+            args = [_ptr(src), i32(src_h), i32(src_w), i32(src_pitch), _ptr(dst), i32(p["dst_h"]), i32(p["dst_w"]),
+                    i32(p["top"]), i32(p["left"]), i32(p["region_h"]), i32(p["region_w"]),
+                    p["scale_y"], p["scale_x"], p["pad_value"], *p["mean"], *p["inv_std"],
+                    i32(p["swap_rb"]), i32(p["out_nchw"]), i32(p["out_half"])]
+            grid = ((p["dst_w"] + BLOCK[0] - 1) // BLOCK[0], (p["dst_h"] + BLOCK[1] - 1) // BLOCK[1], 1)
+            if len(self._bound) > 8:  # sizes come and go: keep the cache small
+                self._bound.clear()
+            bound = self._bound[key] = self.backend.bind_launch(self._kernel, grid, BLOCK, args)
+        bound(stream or self.stream)
 
     def to_device(self, image: np.ndarray, dst: Any = None) -> Any:
         """Upload ``image``, run the kernel; returns the device buffer holding the model input

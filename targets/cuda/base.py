@@ -7,7 +7,7 @@ Runs on the board too: Python 3.8, NumPy and the backend's package only.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -240,6 +240,13 @@ class CudaBackend:
                stream: Optional[Stream] = None, shared_bytes: int = 0) -> None:
         self._launch(kernel, _dims(grid), _dims(block), kernel_args(args), stream, int(shared_bytes))
 
+    def bind_launch(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
+                    shared_bytes: int = 0) -> Callable[[Optional[Stream]], None]:
+        """A launch with its arguments checked and packed once: the returned ``launch(stream)``
+        enqueues ``kernel`` with exactly these arguments (the fast path for kernels launched every
+        frame with the same buffers; a backend makes it one driver call)."""
+        return self._bind_launch(kernel, _dims(grid), _dims(block), kernel_args(args), int(shared_bytes))
+
     def compute_capability(self) -> Tuple[int, int]:
         from .probe import probe_gpu
 
@@ -267,3 +274,10 @@ class CudaBackend:
     def _function(self, module: Any, name: str) -> Kernel: raise NotImplementedError
     def _launch(self, kernel: Kernel, grid, block, args: List[np.generic], stream: Optional[Stream],
                 shared_bytes: int) -> None: raise NotImplementedError
+
+    def _bind_launch(self, kernel: Kernel, grid, block, args: List[np.generic],
+                     shared_bytes: int) -> Callable[[Optional[Stream]], None]:
+        def launch(stream: Optional[Stream] = None) -> None:
+            self._launch(kernel, grid, block, args, stream, shared_bytes)
+
+        return launch

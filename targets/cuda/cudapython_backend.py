@@ -167,6 +167,20 @@ class CudaPythonBackend(CudaBackend):
                                             shared_bytes, self._sh(stream), ptrs.ctypes.data, 0),
                     f"launch of {kernel.name}")
 
+    def _bind_launch(self, kernel: Kernel, grid, block, args, shared_bytes: int):
+        holders = [np.array([a]) for a in args]  # each argument's bytes, alive as long as the launch
+        ptrs = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
+        cu, fn, params, null = self._cu, kernel.obj, int(ptrs.ctypes.data), self._cu.CUstream(0)
+        what = f"launch of {kernel.name}"
+
+        def launch(stream: Optional[Stream] = None, _keep=(holders, ptrs)) -> None:
+            err = cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes,
+                                    stream.obj if stream is not None else null, params, 0)
+            if int(err[0]) != 0:
+                self._check(err, what)
+
+        return launch
+
 
 _NVRTC_INVALID_OPTION = 5
 

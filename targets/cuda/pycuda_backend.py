@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from typing import Any, List, Optional
 
 import numpy as np
@@ -155,6 +156,29 @@ class PyCudaBackend(CudaBackend):
 
     def _function(self, module: Any, name: str) -> Kernel:
         return Kernel(self, name, self._call(f"lookup of kernel {name}", module.get_function, name), module)
+
+    def _bind_launch(self, kernel: Kernel, grid, block, args, shared_bytes: int):
+        """Arguments packed once (as pycuda's prepared calls do) and handed to the function's
+        launcher; pycuda without ``Function._launch_kernel`` gets a prepared call."""
+        fn = kernel.obj
+        fmt = "".join(a.dtype.char for a in args)
+        g = grid[:2] if grid[2] == 1 else grid
+        raw = getattr(fn, "_launch_kernel", None)
+        what = f"launch of {kernel.name}"
+        if raw is None:
+            fn.prepare(fmt)
+            values = [a.item() for a in args]
+
+            def launch(stream: Optional[Stream] = None) -> None:
+                self._call(what, fn.prepared_async_call, g, block, stream.obj if stream is not None else None, *values)
+
+            return launch
+        buf = struct.pack(fmt, *[a.item() for a in args])
+
+        def launch(stream: Optional[Stream] = None) -> None:  # noqa: F811 - the fast variant
+            self._call(what, raw, g, block, buf, shared_bytes, stream.obj if stream is not None else None)
+
+        return launch
 
     def _launch(self, kernel: Kernel, grid, block, args, stream: Optional[Stream], shared_bytes: int) -> None:
         self._call(f"launch of {kernel.name}", kernel.obj, *args, grid=grid[:2] if grid[2] == 1 else grid,

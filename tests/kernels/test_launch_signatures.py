@@ -121,6 +121,14 @@ def test_postprocess_launches_match_the_kernels(n, transposed):
         assert block == (want_block, 1, 1), name
         if name in ("edgesdk_yolo_decode", "edgesdk_compact", "edgesdk_radix_hist", "edgesdk_radix_scatter"):
             assert grid == (blocks, 1, 1), name  # the hist/scan/scatter layout assumes one grid size
+    b.launches.clear()
+    post.backend = b
+    post.launch(0x7000)  # a raw device address (a TensorRT output binding): repacks the decode only
+    post.launch(0x7000)
+    post.launch(post._pred)
+    decodes = [l for l in b.launches if l[0] == "edgesdk_yolo_decode"]
+    assert [int(l[3][0]) for l in decodes] == [0x7000, 0x7000, post._pred.ptr]
+    assert len(b.launches) == 3 * (5 + 3 * pp.RADIX_PASSES)
     words = pp.mask_words(spec.max_candidates)
     mask_launch = next(l for l in b.launches if l[0] == "edgesdk_nms_mask")
     assert mask_launch[1] == (words, words, 1)

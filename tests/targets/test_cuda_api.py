@@ -37,7 +37,8 @@ PYCUDA_METHODS = [("pycuda.driver", "Device", "retain_primary_context"), ("pycud
                   ("pycuda.driver", "Stream", "handle"), ("pycuda.driver", "Event", "record"),
                   ("pycuda.driver", "Event", "synchronize"), ("pycuda.driver", "Event", "time_since"),
                   ("pycuda.driver", "DeviceAllocation", "free"), ("pycuda.driver", "RegisteredHostMemory", "unregister"),
-                  ("pycuda.compiler", "SourceModule", "get_function")]
+                  ("pycuda.compiler", "SourceModule", "get_function"), ("pycuda.driver", "Function", "_launch_kernel"),
+                  ("pycuda.driver", "Function", "prepare"), ("pycuda.driver", "Function", "prepared_async_call")]
 
 
 def _module(name: str) -> Any:
