@@ -12,6 +12,9 @@
  *     PreprocessSpec.letterbox_geometry() on the host;
  *   - mean / inv_std are per OUTPUT channel (the model's colour order).
  *
+ * One launch may cover a band of output rows [y_begin, y_end) (the grid's y covers the band): the
+ * host then overlaps the upload of the source rows of the next band with this band's kernel.
+ *
  * Plain CUDA C: builds with CUDA 10.2 (JetPack 4) and current CUDA, with nvcc or NVRTC. No headers:
  * float16 is written as its bit pattern through the PTX cvt.rn.f16.f32 instruction.
  */
@@ -33,11 +36,12 @@ extern "C" __global__ void edgesdk_preprocess(
     float pad_value,                         /* 0-255 units, before normalisation */
     float mean0, float mean1, float mean2,   /* per output channel */
     float inv_std0, float inv_std1, float inv_std2,
-    int swap_rb, int out_nchw, int out_half)
+    int swap_rb, int out_nchw, int out_half,
+    int y_begin, int y_end)                  /* output rows [y_begin, y_end) (a band; 0, dst_h: all) */
 {
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    const int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= dst_w || y >= dst_h) return;
+    const int y = y_begin + blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= dst_w || y >= y_end) return;
 
     float v[3];
     const int ry = y - top;

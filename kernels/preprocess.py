@@ -7,14 +7,14 @@ arithmetic in NumPy with those parameters (what the GPU tests compare against, n
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import InputError
 from ..preprocess import PreprocessSpec, _check_image
 
-__all__ = ["GpuPreprocessor", "launch_params", "emulate", "BLOCK"]
+__all__ = ["GpuPreprocessor", "launch_params", "emulate", "band_plan", "BLOCK"]
 
 BLOCK = (32, 8, 1)
 
@@ -68,6 +68,28 @@ def emulate(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
     return np.ascontiguousarray(out[None]).astype(spec.dtype)
 
 
+def band_plan(spec: PreprocessSpec, src_h: int, src_w: int, bands: int) -> List[Tuple[int, int, int]]:
+    """Split the output rows into ``bands`` bands (multiples of the block height) and give each the
+    source rows to upload before it: ``(y_begin, y_end, src_rows_end)``, ``src_rows_end``
+    cumulative (band j needs source rows ``[0, src_rows_end)``, the rows before already uploaded).
+    The row maths is the kernel's (float32), with one row of margin for fused multiply-add."""
+    p = launch_params(spec, src_h, src_w)
+    h = p["dst_h"]
+    step = -(-h // max(1, int(bands)) // BLOCK[1]) * BLOCK[1] or BLOCK[1]
+    f32 = np.float32
+    out: List[Tuple[int, int, int]] = []
+    need = 0
+    for y0 in range(0, h, step):
+        y1 = min(h, y0 + step)
+        r0, r1 = max(y0 - p["top"], 0), min(y1 - p["top"], p["region_h"])
+        if r1 > r0:
+            fy = (f32(r1 - 1) + f32(0.5)) * p["scale_y"] - f32(0.5)
+            fy = min(max(float(fy), 0.0), float(src_h - 1))
+            need = max(need, min(int(np.floor(fy)) + 3, src_h))  # rows floor(fy) and +1, and a margin row
+        out.append((y0, y1, need))
+    return out
+
+
 def _ptr(buf: Any) -> Any:
     """A kernel pointer argument: a DeviceBuffer as is, a raw address (int) as np.uint64."""
     return np.uint64(buf) if isinstance(buf, int) else buf
@@ -76,7 +98,9 @@ def _ptr(buf: Any) -> Any:
 class GpuPreprocessor:
     """Runs ``preprocess.cu`` for one :class:`PreprocessSpec`.
 
-    ``backend``: an open :class:`~sdk.targets.cuda.CudaBackend` (default: ``get_backend()``, closed
+    ``bands`` > 1 splits the output rows into that many bands and overlaps the upload of each
+    band's source rows (on a second stream) with the previous band's kernel, so a frame costs
+    about one host-to-device copy plus a fraction of the kernel. ``backend``: an open :class:`~sdk.targets.cuda.CudaBackend` (default: ``get_backend()``, closed
     with this object). :meth:`to_device` leaves the result on the GPU (a buffer to bind straight to
     a TensorRT input); :meth:`__call__` returns it as a host array.
 
@@ -86,7 +110,7 @@ class GpuPreprocessor:
     into the pinned staging buffer.
     """
 
-    def __init__(self, spec: PreprocessSpec, backend: Any = None, stream: Any = None):
+    def __init__(self, spec: PreprocessSpec, backend: Any = None, stream: Any = None, bands: int = 1):
         from ..targets.cuda import get_backend
         from .loader import load_kernels
 
@@ -101,6 +125,12 @@ class GpuPreprocessor:
         self._src_host = None
         self._bound: Dict[Any, Any] = {}
         self._host_out = self.backend.pinned(spec.output_shape(), spec.dtype)
+        self.bands = max(1, int(bands))
+        if self.bands > 1:  # uploads on their own stream, each band's kernel waits for its rows
+            self._copy_stream = self.backend.stream()
+            self._band_events = [self.backend.event() for _ in range(self.bands + 1)]
+            self._done = self.backend.event()
+            self._started = False
 
     def close(self) -> None:
         if self._own and self.backend is not None:
@@ -131,21 +161,23 @@ class GpuPreprocessor:
             self._src = self.backend.alloc(nbytes)
         return self._src
 
-    def _stage(self, image: np.ndarray) -> None:
-        """Copy ``image`` to the device source buffer: straight from it when it is pinned or
-        registered memory (:meth:`input_buffer`, ``backend.register_host``), else through the
-        staging buffer."""
+    def _host_frame(self, image: np.ndarray) -> np.ndarray:
+        """``image`` itself when it is pinned or registered memory (:meth:`input_buffer`,
+        ``backend.register_host``), else its copy in the pinned staging buffer."""
         image = _check_image(image)
-        if not (image.flags.c_contiguous and self.backend.is_pinned(image)):
-            staging = self.input_buffer(image.shape[0], image.shape[1])
-            np.copyto(staging, image)
-            image = staging
-        self.backend.htod(self._device_src(image.nbytes), image, self.stream)
+        if image.flags.c_contiguous and self.backend.is_pinned(image):
+            return image
+        staging = self.input_buffer(image.shape[0], image.shape[1])
+        np.copyto(staging, image)
+        return staging
 
-    def launch(self, src: Any, src_h: int, src_w: int, src_pitch: int, dst: Any, stream: Any = None) -> None:
-        """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``.
-        The launch is packed once per (buffers, size) and reused."""
-        key = (int(src), int(src_h), int(src_w), int(src_pitch), int(dst))
+    def launch(self, src: Any, src_h: int, src_w: int, src_pitch: int, dst: Any, stream: Any = None,
+               rows: Optional[Tuple[int, int]] = None) -> None:
+        """Launch on device buffers: ``src`` uint8 HWC (row pitch ``src_pitch`` bytes) -> ``dst``,
+        output rows ``rows`` = (begin, end) (default: all). The launch is packed once per
+        (buffers, size, rows) and reused."""
+        y0, y1 = rows if rows is not None else (0, self.spec.size[0])
+        key = (int(src), int(src_h), int(src_w), int(src_pitch), int(dst), y0, y1)
         bound = self._bound.get(key)
         if bound is None:
             p = launch_params(self.spec, src_h, src_w)
@@ -153,19 +185,37 @@ class GpuPreprocessor:
             args = [_ptr(src), i32(src_h), i32(src_w), i32(src_pitch), _ptr(dst), i32(p["dst_h"]), i32(p["dst_w"]),
                     i32(p["top"]), i32(p["left"]), i32(p["region_h"]), i32(p["region_w"]),
                     p["scale_y"], p["scale_x"], p["pad_value"], *p["mean"], *p["inv_std"],
-                    i32(p["swap_rb"]), i32(p["out_nchw"]), i32(p["out_half"])]
-            grid = ((p["dst_w"] + BLOCK[0] - 1) // BLOCK[0], (p["dst_h"] + BLOCK[1] - 1) // BLOCK[1], 1)
-            if len(self._bound) > 8:  # sizes come and go: keep the cache small
+                    i32(p["swap_rb"]), i32(p["out_nchw"]), i32(p["out_half"]), i32(y0), i32(y1)]
+            grid = ((p["dst_w"] + BLOCK[0] - 1) // BLOCK[0], (y1 - y0 + BLOCK[1] - 1) // BLOCK[1], 1)
+            if len(self._bound) > 8 * self.bands:  # sizes come and go: keep the cache small
                 self._bound.clear()
             bound = self._bound[key] = self.backend.bind_launch(self._kernel, grid, BLOCK, args)
         bound(stream or self.stream)
 
     def to_device(self, image: np.ndarray, dst: Any = None) -> Any:
         """Upload ``image``, run the kernel; returns the device buffer holding the model input
-        (``dst`` when given). Asynchronous on :attr:`stream`."""
-        self._stage(image)
+        (``dst`` when given). Asynchronous on :attr:`stream`: a pinned ``image`` must not be
+        rewritten before the stream is done with it."""
+        frame = self._host_frame(image)
         out = dst if dst is not None else self._out
-        self.launch(self._src, image.shape[0], image.shape[1], image.shape[1] * 3, out)
+        src = self._device_src(frame.nbytes)
+        h, w = frame.shape[0], frame.shape[1]
+        if self.bands == 1:
+            self.backend.htod(src, frame, self.stream)
+            self.launch(src, h, w, w * 3, out)
+            return out
+        if self._started:  # the previous frame's kernels still read the device source rows
+            self._copy_stream.wait(self._done)
+        self._started = True
+        sent, pitch = 0, w * 3
+        for (y0, y1, need), event in zip(band_plan(self.spec, h, w, self.bands), self._band_events):
+            if need > sent:
+                self.backend.htod(int(src.ptr) + sent * pitch, frame[sent:need], self._copy_stream)
+                sent = need
+            event.record(self._copy_stream)
+            self.stream.wait(event)
+            self.launch(src, h, w, pitch, out, rows=(y0, y1))
+        self._done.record(self.stream)
         return out
 
     def __call__(self, image: np.ndarray) -> np.ndarray:

@@ -299,6 +299,7 @@ def summary(gpu: Any, rows: List[Dict[str, Any]], trt: Optional[Dict[str, Any]],
         pre, post, bench = r.get("pre") or {}, r.get("post") or {}, r.get("bench") or {}
         failures += bool(r["error"]) + pre.get("failed", 0) + post.get("failed", 0)
         p = bench.get("pre") or {}
+        failures += bool(p.get("banded_max_abs_diff", 0.0) > 0.0)  # banded preprocessing must equal one launch
         same = bench.get("post_same_rows")
         print(f"{r['backend']:<12} {_cases(pre):>10} {_cases(post):>11} {_fmt(pre.get('kernel_ms_1080p'), '.4f'):>10} "
               f"{_fmt(pre.get('cpu_ms_1080p'), '.2f'):>8} {_fmt(bench.get('post_min_ratio'), '.2f') + 'x min':>11} "

@@ -52,6 +52,10 @@ class Stream:
     def synchronize(self) -> None:
         self.backend._stream_sync(self)
 
+    def wait(self, event: "Event") -> None:
+        """Work enqueued on this stream after this call waits for ``event`` (recorded on any stream)."""
+        self.backend._stream_wait(self, event)
+
 
 class Event:
     """A CUDA event: ``record(stream)``, ``synchronize()``, ``elapsed_ms(later_event)``."""
@@ -265,6 +269,7 @@ class CudaBackend:
     def _memset_d32(self, dst: int, value: int, count: int, stream: Optional[Stream]) -> None: raise NotImplementedError
     def _stream(self) -> Stream: raise NotImplementedError
     def _stream_sync(self, stream: Stream) -> None: raise NotImplementedError
+    def _stream_wait(self, stream: Stream, event: Event) -> None: raise NotImplementedError
     def _event(self) -> Event: raise NotImplementedError
     def _event_record(self, event: Event, stream: Optional[Stream]) -> None: raise NotImplementedError
     def _event_sync(self, event: Event) -> None: raise NotImplementedError

@@ -133,6 +133,9 @@ class CudaPythonBackend(CudaBackend):
     def _stream_sync(self, stream: Stream) -> None:
         self._check(self._cu.cuStreamSynchronize(stream.obj), "cuStreamSynchronize")
 
+    def _stream_wait(self, stream: Stream, event: Event) -> None:
+        self._check(self._cu.cuStreamWaitEvent(stream.obj, event.obj, 0), "cuStreamWaitEvent")
+
     def _event(self) -> Event:
         return Event(self, self._check(self._cu.cuEventCreate(0), "cuEventCreate"))
 

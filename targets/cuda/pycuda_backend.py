@@ -128,6 +128,9 @@ class PyCudaBackend(CudaBackend):
     def _stream_sync(self, stream: Stream) -> None:
         self._call("stream synchronize", stream.obj.synchronize)
 
+    def _stream_wait(self, stream: Stream, event: Event) -> None:
+        self._call("stream wait", stream.obj.wait_for_event, event.obj)
+
     def _event(self) -> Event:
         return Event(self, self._call("event creation", self._drv.Event))
 

@@ -54,3 +54,46 @@ def test_postprocess_kernels_match_reference(cuda, n, classes, obj, transposed):
         assert got.classes.tolist() == want.classes.tolist()
         np.testing.assert_array_equal(got.scores, want.scores)
         np.testing.assert_array_equal(got.boxes, want.boxes)
+
+
+@pytest.mark.parametrize("kw", [dict(max_candidates=64), dict(max_candidates=65, max_detections=5),
+                                dict(score_threshold=-1.0, max_candidates=4096), dict(iou_threshold=0.0)])
+def test_postprocess_edge_settings_and_raw_pointer(cuda, kw):
+    """Tile edges (64/65 candidates), every row a candidate, IoU 0; and a raw device address as the
+    prediction (what a TensorRT output binding is) with the launches reused across calls."""
+    from sdk.kernels.postprocess import GpuYoloPostprocessor
+
+    pred = synthetic_yolo_output(50000, 10, False, seed=5)
+    spec = PostprocessSpec(has_objectness=False, **kw)
+    want = yolo_postprocess(pred, spec)
+    with GpuYoloPostprocessor(spec, pred.shape[0], pred.shape[1], backend=cuda) as post:
+        dev = cuda.to_device(pred)
+        for _ in range(2):
+            post.launch(int(dev.ptr))
+            got = post.fetch()
+            assert got.rows.tolist() == want.rows.tolist()
+            np.testing.assert_array_equal(got.boxes, want.boxes)
+
+
+@pytest.mark.parametrize("bands", [1, 3, 4])
+def test_preprocess_zero_copy_registered_and_banded_are_identical(cuda, bands):
+    """From a pageable frame, from the pinned input buffer, from registered memory, in one launch or
+    in bands overlapped with the upload: the same output, twice in a row (buffers reused)."""
+    from sdk.kernels.preprocess import GpuPreprocessor
+
+    spec = PreprocessSpec(size=(640, 640), resize="letterbox", mean=(123.675, 116.28, 103.53),
+                          std=(58.395, 57.12, 57.375))
+    with GpuPreprocessor(spec, backend=cuda, bands=bands) as pre:
+        for seed in (0, 1):
+            frame = np.random.default_rng(seed).integers(0, 256, size=(1080, 1920, 3), dtype=np.uint8)
+            want = preprocess_reference(frame, spec)
+            np.testing.assert_allclose(pre(frame), want, atol=1e-4, rtol=1e-4)
+            buf = pre.input_buffer(1080, 1920)
+            np.copyto(buf, frame)
+            np.testing.assert_allclose(pre(buf), want, atol=1e-4, rtol=1e-4)
+            own = np.array(frame)
+            cuda.register_host(own)
+            try:
+                np.testing.assert_allclose(pre(own), want, atol=1e-4, rtol=1e-4)
+            finally:
+                cuda.unregister_host(own)

@@ -26,6 +26,8 @@ class RecordingBackend(CudaBackend):
         super().__init__(0)
         self.launches: List[Tuple[str, Tuple[int, int, int], Tuple[int, int, int], List[np.generic]]] = []
         self._next = 0x10000
+        self.ops: List[Tuple[Any, ...]] = []  # copies, event records, stream waits, launches in order
+        self._streams = 0
 
     def _alloc(self, nbytes: int) -> DeviceBuffer:
         ptr, self._next = self._next, self._next + ((nbytes + 255) // 256) * 256
@@ -44,7 +46,7 @@ class RecordingBackend(CudaBackend):
         pass
 
     def _htod(self, dst, src, stream) -> None:
-        pass
+        self.ops.append(("htod", dst, src.nbytes, stream))
 
     def _dtoh(self, dst, src, stream) -> None:
         pass
@@ -53,13 +55,20 @@ class RecordingBackend(CudaBackend):
         pass
 
     def _stream(self) -> Stream:
-        return Stream(self, None, 0)
+        self._streams += 1
+        return Stream(self, None, self._streams)
 
     def _stream_sync(self, stream) -> None:
         pass
 
+    def _stream_wait(self, stream, event) -> None:
+        self.ops.append(("wait", stream, event))
+
     def _event(self) -> Event:
         return Event(self, None)
+
+    def _event_record(self, event, stream) -> None:
+        self.ops.append(("record", event, stream))
 
     def _ctx_sync(self) -> None:
         pass
@@ -72,6 +81,7 @@ class RecordingBackend(CudaBackend):
 
     def _launch(self, kernel, grid, block, args, stream, shared_bytes) -> None:
         self.launches.append((kernel.name, grid, block, list(args)))
+        self.ops.append(("launch", kernel.name, grid, list(args), stream))
 
 
 def kernel_signatures(source: str) -> Dict[str, List[str]]:
@@ -161,3 +171,62 @@ def test_preprocess_launch_matches_the_kernel_and_zero_copy_skips_the_host_copy(
     for name, grid, block, args in b.launches:
         assert [_kind(a) for a in args] == sig
         assert block == BLOCK and grid == ((640 + BLOCK[0] - 1) // BLOCK[0], (640 + BLOCK[1] - 1) // BLOCK[1], 1)
+        assert (int(args[-2]), int(args[-1])) == (0, 640)
+
+
+def _rows_read(spec, src_h, src_w, y0, y1):
+    """Highest source row the kernel reads for output rows [y0, y1), in exact arithmetic (None: none)."""
+    _, nh, _, top, _ = spec.letterbox_geometry(src_h, src_w) if spec.resize == "letterbox" else (0, spec.size[0], 0, 0, 0)
+    ry = [y - top for y in range(y0, y1) if 0 <= y - top < nh]
+    if not ry:
+        return None
+    fy = min(max((ry[-1] + 0.5) * src_h / nh - 0.5, 0), src_h - 1)
+    return min(int(fy) + 1, src_h - 1)
+
+
+@pytest.mark.parametrize("src_hw,size,mode", [((1080, 1920), (640, 640), "letterbox"), ((720, 1280), (384, 640), "resize"),
+                                              ((37, 53), (640, 640), "letterbox"), ((2160, 3840), (320, 320), "resize")])
+@pytest.mark.parametrize("bands", [2, 4, 7])
+def test_banded_upload_covers_each_band_before_its_kernel(src_hw, size, mode, bands):
+    """With bands, each band's kernel runs on the compute stream after an event recorded on the
+    copy stream once every source row that band reads has been uploaded; the rows add up to one
+    upload of the frame (at most), and the bands cover every output row once."""
+    from sdk.kernels.preprocess import BLOCK, GpuPreprocessor
+
+    b = RecordingBackend()
+    spec = PreprocessSpec(size=size, resize=mode)
+    h, w = src_hw
+    frame = np.zeros((h, w, 3), np.uint8)
+    with GpuPreprocessor(spec, backend=b, bands=bands) as pre:
+        staging = pre.input_buffer(h, w)
+        np.copyto(staging, frame)
+        b.ops.clear()
+        for _ in range(2):
+            pre.to_device(staging)
+        copy_stream, compute = pre._copy_stream, pre.stream
+        src_ptr = pre._src.ptr
+    ops = b.ops
+    # the 2nd frame's uploads wait for the 1st frame's last kernel (they overwrite its source rows)
+    second = [i for i, op in enumerate(ops) if op[0] == "wait" and op[1] is copy_stream]
+    assert len(second) == 1
+    assert ops[second[0] - 1][0] == "record" and ops[second[0] - 1][2] is compute
+    uploaded, recorded, covered = 0, {}, []
+    for op in ops[: second[0]]:
+        if op[0] == "htod":
+            assert op[3] is copy_stream and op[1] == src_ptr + uploaded * w * 3
+            uploaded += op[2] // (w * 3)
+        elif op[0] == "record" and op[2] is copy_stream:
+            recorded[id(op[1])] = uploaded
+        elif op[0] == "wait":
+            assert op[1] is compute
+            ready = recorded[id(op[2])]
+        elif op[0] == "launch":
+            assert op[4] is compute
+            y0, y1 = int(op[3][-2]), int(op[3][-1])
+            assert op[2][1] == (y1 - y0 + BLOCK[1] - 1) // BLOCK[1]
+            top_row = _rows_read(spec, h, w, y0, y1)
+            assert top_row is None or top_row < ready, (y0, y1, top_row, ready)
+            covered.append((y0, y1))
+    assert uploaded <= h
+    assert covered[0][0] == 0 and covered[-1][1] == size[0] and len(covered) <= bands
+    assert all(a[1] == b_[0] for a, b_ in zip(covered, covered[1:]))

@@ -34,7 +34,7 @@ ROOTS = {
 #: Methods the pycuda backend calls on pycuda objects (not reachable from a module name).
 PYCUDA_METHODS = [("pycuda.driver", "Device", "retain_primary_context"), ("pycuda.driver", "Context", "push"),
                   ("pycuda.driver", "Context", "pop"), ("pycuda.driver", "Stream", "synchronize"),
-                  ("pycuda.driver", "Stream", "handle"), ("pycuda.driver", "Event", "record"),
+                  ("pycuda.driver", "Stream", "handle"), ("pycuda.driver", "Stream", "wait_for_event"), ("pycuda.driver", "Event", "record"),
                   ("pycuda.driver", "Event", "synchronize"), ("pycuda.driver", "Event", "time_since"),
                   ("pycuda.driver", "DeviceAllocation", "free"), ("pycuda.driver", "RegisteredHostMemory", "unregister"),
                   ("pycuda.compiler", "SourceModule", "get_function"), ("pycuda.driver", "Function", "_launch_kernel"),
