@@ -121,8 +121,8 @@ class GpuPreprocessor:
         self.stream = stream or self.backend.stream()
         self._kernel = load_kernels(self.backend, "preprocess.cu", ["edgesdk_preprocess"])["edgesdk_preprocess"]
         self._out = self.backend.alloc(int(np.prod(spec.output_shape())) * np.dtype(spec.dtype).itemsize)
-        self._src = None
-        self._src_host = None
+        self._src: Optional[Any] = None
+        self._src_host: Optional[np.ndarray] = None
         self._bound: Dict[Any, Any] = {}
         self._host_out = self.backend.pinned(spec.output_shape(), spec.dtype)
         self.bands = max(1, int(bands))
@@ -150,9 +150,10 @@ class GpuPreprocessor:
         reused for every frame of that size: do not rewrite it before the stream has consumed it
         (:meth:`to_device` is asynchronous; :meth:`__call__` waits)."""
         shape = (int(height), int(width), 3)
-        if self._src_host is None or self._src_host.shape != shape:
-            self._src_host = self.backend.pinned(shape, np.uint8)
-        return self._src_host
+        host = self._src_host
+        if host is None or host.shape != shape:
+            host = self._src_host = self.backend.pinned(shape, np.uint8)
+        return host
 
     def _device_src(self, nbytes: int) -> Any:
         if self._src is None or self._src.nbytes < nbytes:

@@ -178,10 +178,10 @@ class PyCudaBackend(CudaBackend):
             return launch
         buf = struct.pack(fmt, *[a.item() for a in args])
 
-        def launch(stream: Optional[Stream] = None) -> None:  # noqa: F811 - the fast variant
+        def launch_packed(stream: Optional[Stream] = None) -> None:
             self._call(what, raw, g, block, buf, shared_bytes, stream.obj if stream is not None else None)
 
-        return launch
+        return launch_packed
 
     def _launch(self, kernel: Kernel, grid, block, args, stream: Optional[Stream], shared_bytes: int) -> None:
         self._call(f"launch of {kernel.name}", kernel.obj, *args, grid=grid[:2] if grid[2] == 1 else grid,

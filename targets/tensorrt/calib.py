@@ -88,7 +88,7 @@ def version_from_code(code: int) -> Tuple[int, int]:
     return code // 1000, (code // 100) % 10
 
 
-def read_calibration_cache(path: Union[str, Path]) -> CalibrationCache:
+def read_calibration_cache(path: Union[str, "os.PathLike[str]"]) -> CalibrationCache:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"calibration cache '{path}' does not exist")
@@ -99,7 +99,7 @@ def read_calibration_cache(path: Union[str, Path]) -> CalibrationCache:
     return CalibrationCache.from_text(text, source=str(path))
 
 
-def write_calibration_cache(path: Union[str, Path], cache: CalibrationCache) -> Path:
+def write_calibration_cache(path: Union[str, "os.PathLike[str]"], cache: CalibrationCache) -> Path:
     """Write ``cache`` atomically (a temporary file renamed over ``path``); returns the path."""
     path = Path(path)
     text = cache.to_text()  # a bad name fails before anything is written

@@ -44,7 +44,7 @@ class TrtLatency:
     layers: List[LayerTime] = field(default_factory=list)
 
     def to_dict(self) -> Dict[str, Any]:
-        out = {"end_to_end": self.end_to_end.to_dict(), "gpu_compute": self.gpu_compute.to_dict(),
+        out: Dict[str, Any] = {"end_to_end": self.end_to_end.to_dict(), "gpu_compute": self.gpu_compute.to_dict(),
                "h2d": self.h2d.to_dict(), "d2h": self.d2h.to_dict()}
         if self.layers:
             out["layers"] = [{"name": l.name, "mean_ms": l.mean_ms, "total_ms": l.total_ms, "count": l.count}
@@ -93,7 +93,8 @@ class TensorRTSession(Session):
         if self._context is None:
             cuda.close()
             raise InferenceError("TensorRT could not create an execution context (out of GPU memory?)")
-        inputs, outputs = [], []
+        inputs: List[TensorSpec] = []
+        outputs: List[TensorSpec] = []
         self._io_dtype: Dict[str, np.dtype] = {}
         for i in range(self._engine.num_io_tensors):
             name = self._engine.get_tensor_name(i)
