@@ -66,7 +66,10 @@ USE_SHIPPED_BOOST = True
 SITE
         printf '\n[build_ext]\nparallel = %s\n' "$(nproc)" >> "$_tree/setup.cfg"
         mkdir -p "$WHEEL_DIR"
-        if MAKEFLAGS="-j$(nproc)" python -m pip wheel -q --no-deps -w "$WHEEL_DIR" "$_tree"; then
+        # CI only needs the real module to import and resolve names (no GPU runs here): -O0 builds
+        # several times faster than the default -O3, and the build runs on every core.
+        if CFLAGS="${PYCUDA_CFLAGS:--O0}" CXXFLAGS="${PYCUDA_CFLAGS:--O0}" \
+            python -m pip wheel -q --no-deps -w "$WHEEL_DIR" "$_tree"; then
             _wheel="$(ls "$WHEEL_DIR"/pycuda-"$PYCUDA_VERSION"-"$_pyver"-*.whl 2>/dev/null | head -1)"
         fi
     fi
