@@ -62,13 +62,17 @@ class GpuYoloPostprocessor:
         self._keys = (b.alloc(n * 4), b.alloc(n * 4))
         self._rows = (b.alloc(n * 4), b.alloc(n * 4))
         self._mask, self._removed = b.alloc(mc * self._words * 8), b.alloc(self._words * 8)
-        self._out_boxes, self._out_scores = b.alloc(md * 16), b.alloc(md * 4)
-        self._out_classes, self._out_rows, self._out_count = b.alloc(md * 4), b.alloc(md * 4), b.alloc(4)
-        self._h_count = b.pinned((1,), np.int32)
-        self._h_boxes = b.pinned((md, 4), np.float32)
-        self._h_scores = b.pinned((md,), np.float32)
-        self._h_classes = b.pinned((md,), np.int32)
-        self._h_rows = b.pinned((md,), np.int32)
+        # the outputs in one block (count, boxes, scores, classes, rows), fetched with one copy
+        self._out = b.alloc(4 * (1 + 7 * md))
+        self._h_out = b.pinned((1 + 7 * md,), np.int32)
+        base, h = int(self._out.ptr), self._h_out
+        self._out_count, self._out_boxes = np.uint64(base), np.uint64(base + 4)
+        self._out_scores, self._out_classes = np.uint64(base + 4 + 16 * md), np.uint64(base + 4 + 20 * md)
+        self._out_rows = np.uint64(base + 4 + 24 * md)
+        self._h_count = h[:1]
+        self._h_boxes = h[1:1 + 4 * md].view(np.float32).reshape(md, 4)
+        self._h_scores = h[1 + 4 * md:1 + 5 * md].view(np.float32)
+        self._h_classes, self._h_rows = h[1 + 5 * md:1 + 6 * md], h[1 + 6 * md:1 + 7 * md]
         self._launches = self._bind()
         self._decode: Any = None
         self._decode_ptr: Optional[int] = None
@@ -141,10 +145,7 @@ class GpuYoloPostprocessor:
         """Copy the last launch's detections to the host (synchronises the stream)."""
         s = stream or self.stream
         b = self.backend
-        for host, dev in ((self._h_count, self._out_count), (self._h_boxes, self._out_boxes),
-                          (self._h_scores, self._out_scores), (self._h_classes, self._out_classes),
-                          (self._h_rows, self._out_rows)):
-            b.dtoh(host, dev, s)
+        b.dtoh(self._h_out, self._out, s)
         s.synchronize()
         k = int(self._h_count[0])
         return Detections(self._h_boxes[:k].copy(), self._h_scores[:k].copy(), self._h_classes[:k].copy(),
