@@ -24,6 +24,7 @@ Exit status 0 when every comparison and test passed; 2 when there is no GPU.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import os
 import re
@@ -122,7 +123,8 @@ def check_preprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
     srcs = [(3, 5), (37, 53), (480, 640), (1080, 1920)] + ([] if quick else [(720, 1280), (2160, 3840)])
     sizes = [(64, 64), (640, 640)] + ([] if quick else [(320, 320), (384, 640)])
     rng = np.random.default_rng(0)
-    res: Dict[str, Any] = {"cases": 0, "failed": 0, "kernel_ms_1080p": None, "cpu_ms_1080p": None}
+    res: Dict[str, Any] = {"cases": 0, "failed": 0, "kernel_ms_1080p": None, "cpu_ms_1080p": None,
+                           "digest": hashlib.sha256()}
     print(f"\npreprocess.cu vs preprocess_reference on {backend.name}: max |diff|, kernel ms (CUDA events)")
     for src, size, mode, (layout, dtype) in ((s, z, m, ld) for s in srcs for z in sizes
                                               for m in ("resize", "letterbox")
@@ -134,6 +136,7 @@ def check_preprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
             got = pre(img).astype(np.float32)
             kern = median_events(backend, pre.stream,
                                  lambda: pre.launch(pre._src, src[0], src[1], src[1] * 3, pre._out), runs)
+        res["digest"].update(got.tobytes())  # the backends must agree bit for bit
         diff = float(np.abs(got - preprocess_reference(img, spec).astype(np.float32)).max())
         demu = float(np.abs(got - emulate(img, spec).astype(np.float32)).max())
         ok = diff <= (4e-3 if dtype == "float16" else 1e-4)
@@ -159,7 +162,7 @@ def check_postprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
     cases = [(100, 3, True, False), (1000, 1, False, False), (8400, 80, False, True), (25200, 80, True, False)]
     if not quick:
         cases += [(5000, 20, True, True), (25200, 1, True, False), (50000, 10, False, False)]
-    res: Dict[str, Any] = {"cases": 0, "failed": 0, "rows": []}
+    res: Dict[str, Any] = {"cases": 0, "failed": 0, "rows": [], "digest": hashlib.sha256()}
     print(f"\npostprocess.cu vs yolo_postprocess on {backend.name}: identical detections; GPU ms (CUDA events)")
     print(f"  {'rows':>6} {'classes':>7} {'obj':>4} {'transp':>6} {'thr':>5} {'kept':>5} {'same':>5} "
           f"{'GPU ms':>8} {'CPU ms':>8}")
@@ -173,6 +176,8 @@ def check_postprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
                 got = post(arg)
                 gpu_ms = median_events(backend, post.stream, lambda: post.launch(post._pred), runs)
             want = yolo_postprocess(arg, spec)
+            for f in ("rows", "classes", "scores", "boxes"):
+                res["digest"].update(getattr(got, f).tobytes())
             same = all(np.array_equal(getattr(got, f), getattr(want, f)) for f in ("rows", "classes", "scores", "boxes"))
             if n <= 8400 and not same:  # say whether the algorithm or the CUDA code is off
                 same_emul = all(np.array_equal(getattr(emulate(arg, spec), f), getattr(want, f))
@@ -307,6 +312,12 @@ def summary(gpu: Any, rows: List[Dict[str, Any]], trt: Optional[Dict[str, Any]],
               f"{(f'{same[0]}/{same[1]}' if same else '-'):>9} "
               f"{_fmt(p.get('zero_copy_vs_torch_pageable'), '.2f') + 'x':>15} "
               f"{_fmt(p.get('zero_copy_vs_torch_pinned'), '.2f') + 'x':>13}  {r['error'] or ''}")
+    digests = {r["backend"]: (r["pre"]["digest"].hexdigest(), r["post"]["digest"].hexdigest())
+               for r in rows if r.get("pre") and r.get("post")}
+    if len(digests) > 1:
+        agree = len(set(digests.values())) == 1
+        failures += not agree
+        print(f"{' and '.join(digests)} give {'identical' if agree else 'DIFFERENT'} outputs on every case")
     if trt is not None:
         failures += not trt["ok"]
         print(f"TensorRT {trt['version']}: API table {'ok' if trt['ok'] else 'MISMATCH'} ({trt['checked']} names)")
