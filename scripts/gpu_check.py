@@ -36,7 +36,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 _LAYOUT = ("targets", "kernels", "quantize", "remote", "boards")
@@ -114,14 +114,15 @@ def median_wall(fn: Callable[[], Any], runs: int) -> float:
     return statistics.median(out)
 
 
-def check_preprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
+def check_preprocess(backend: Any, runs: int, quick: bool, srcs: Optional[List[Tuple[int, int]]] = None,
+                     sizes: Optional[List[Tuple[int, int]]] = None) -> Dict[str, Any]:
     import numpy as np
 
     from sdk.kernels.preprocess import GpuPreprocessor, emulate
     from sdk.preprocess import PreprocessSpec, preprocess, preprocess_reference
 
-    srcs = [(3, 5), (37, 53), (480, 640), (1080, 1920)] + ([] if quick else [(720, 1280), (2160, 3840)])
-    sizes = [(64, 64), (640, 640)] + ([] if quick else [(320, 320), (384, 640)])
+    srcs = srcs or [(3, 5), (37, 53), (480, 640), (1080, 1920)] + ([] if quick else [(720, 1280), (2160, 3840)])
+    sizes = sizes or [(64, 64), (640, 640)] + ([] if quick else [(320, 320), (384, 640)])
     rng = np.random.default_rng(0)
     res: Dict[str, Any] = {"cases": 0, "failed": 0, "kernel_ms_1080p": None, "cpu_ms_1080p": None,
                            "digest": hashlib.sha256()}
@@ -149,19 +150,21 @@ def check_preprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
             print(f"  {'x'.join(map(str, src)):>10} -> {'x'.join(map(str, size)):>8} {mode:>9} {layout}/{dtype:<8} "
                   f"diff {diff:8.2e} vs emulation {demu:8.2e} kernel {kern:8.4f} ms{'' if ok else '  MISMATCH'}")
     print(f"  {res['cases'] - res['failed']}/{res['cases']} within tolerance; 1080p->640 letterbox: kernel "
-          f"{res['kernel_ms_1080p']:.4f} ms, CPU {res['cpu_ms_1080p']:.2f} ms")
+          f"{_fmt(res['kernel_ms_1080p'], '.4f')} ms, CPU {_fmt(res['cpu_ms_1080p'], '.2f')} ms")
     return res
 
 
-def check_postprocess(backend: Any, runs: int, quick: bool) -> Dict[str, Any]:
+def check_postprocess(backend: Any, runs: int, quick: bool,
+                      cases: Optional[List[Tuple[int, int, bool, bool]]] = None) -> Dict[str, Any]:
     import numpy as np
 
     from sdk.kernels.postprocess import GpuYoloPostprocessor, emulate
     from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
 
-    cases = [(100, 3, True, False), (1000, 1, False, False), (8400, 80, False, True), (25200, 80, True, False)]
-    if not quick:
-        cases += [(5000, 20, True, True), (25200, 1, True, False), (50000, 10, False, False)]
+    if cases is None:
+        cases = [(100, 3, True, False), (1000, 1, False, False), (8400, 80, False, True), (25200, 80, True, False)]
+        if not quick:
+            cases += [(5000, 20, True, True), (25200, 1, True, False), (50000, 10, False, False)]
     res: Dict[str, Any] = {"cases": 0, "failed": 0, "rows": [], "digest": hashlib.sha256()}
     print(f"\npostprocess.cu vs yolo_postprocess on {backend.name}: identical detections; GPU ms (CUDA events)")
     print(f"  {'rows':>6} {'classes':>7} {'obj':>4} {'transp':>6} {'thr':>5} {'kept':>5} {'same':>5} "

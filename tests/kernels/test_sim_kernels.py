@@ -90,3 +90,28 @@ def test_preprocess_kernel_on_the_simulated_gpu(sim, src, size, mode, layout, dt
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), atol=tol, rtol=tol)
     np.testing.assert_array_equal(zero_copy, got)
+
+
+def test_gpu_check_script_on_the_simulated_gpu(sim, capsys):
+    """scripts/gpu_check.py's checks and summary run end to end (small cases, simulated GPU)."""
+    import hashlib
+    import importlib.util
+    from pathlib import Path
+
+    from sdk.targets.cuda.probe import GpuDevice, GpuProbe
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", path)
+    gc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gc)
+    pre = gc.check_preprocess(sim, runs=1, quick=True, srcs=[(37, 53)], sizes=[(32, 32)])
+    post = gc.check_postprocess(sim, runs=1, quick=True, cases=[(300, 3, True, False), (500, 2, False, True)])
+    assert (pre["cases"], pre["failed"]) == (4, 0) and (post["cases"], post["failed"]) == (4, 0)
+    row = {"backend": "simulated", "error": None, "pre": pre, "post": post}
+    twin = {"backend": "simulated-again", "error": None, "pre": {**pre, "digest": hashlib.sha256(b"other")},
+            "post": post}
+    gpu = GpuProbe(True, driver_version="sim", devices=[GpuDevice(0, "simulated GPU (CPU)", (9, 0))])
+    assert gc.summary(gpu, [row], None, {"status": "ran", "rc": 0, "passed": 1}) == 0
+    assert gc.summary(gpu, [row, twin], None, {"status": "ran", "rc": 0, "passed": 1}) == 1  # backends disagree
+    out = capsys.readouterr().out
+    assert "SUMMARY" in out and "DIFFERENT outputs" in out
