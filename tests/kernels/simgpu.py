@@ -22,7 +22,14 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from sdk.targets.cuda.base import CudaBackend, CudaError, DeviceBuffer, Event, Kernel, Stream
+from sdk.targets.cuda.base import (
+    CudaBackend,
+    CudaError,
+    DeviceBuffer,
+    Event,
+    Kernel,
+    Stream,
+)
 
 PRELUDE = r"""
 #include <ucontext.h>

@@ -12,7 +12,9 @@ SOURCES = kernel_sources()
 
 
 def _nvcc():
-    from sdk.targets.cuda.pycuda_backend import find_nvcc  # imports no pycuda at module level
+    from sdk.targets.cuda.pycuda_backend import (
+        find_nvcc,  # imports no pycuda at module level
+    )
 
     return find_nvcc()
 

@@ -7,7 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
-from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
+from sdk.kernels.reference import (
+    PostprocessSpec,
+    synthetic_yolo_output,
+    yolo_postprocess,
+)
 from sdk.preprocess import PreprocessSpec, preprocess_reference
 
 pytestmark = pytest.mark.gpu
@@ -97,3 +101,21 @@ def test_preprocess_zero_copy_registered_and_banded_are_identical(cuda, bands):
                 np.testing.assert_allclose(pre(own), want, atol=1e-4, rtol=1e-4)
             finally:
                 cuda.unregister_host(own)
+
+
+def test_postprocess_real_detector_outputs(cuda):
+    """NudeNet's YOLOv8n outputs on the corpus photos (transposed layout, 18 classes)."""
+    from realdata import nudenet_outputs
+
+    from sdk.kernels.postprocess import GpuYoloPostprocessor
+
+    outs = nudenet_outputs()
+    if outs is None:
+        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+    for thr in (0.05, 0.25):
+        spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=thr)
+        with GpuYoloPostprocessor(spec, outs[0].shape[1], outs[0].shape[0], backend=cuda) as post:
+            for pred in outs:
+                got, want = post(pred), yolo_postprocess(pred, spec)
+                assert got.rows.tolist() == want.rows.tolist()
+                np.testing.assert_array_equal(got.boxes, want.boxes)

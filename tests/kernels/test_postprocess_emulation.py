@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from sdk.kernels.postprocess import _nms_mask, emulate, score_keys
-from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
+from sdk.kernels.reference import (
+    PostprocessSpec,
+    synthetic_yolo_output,
+    yolo_postprocess,
+)
 
 
 def _same(a, b) -> None:
@@ -72,3 +76,20 @@ def test_no_candidates():
     pred = synthetic_yolo_output(500, 3, False, seed=1)
     spec = PostprocessSpec(has_objectness=False, score_threshold=2.0)
     assert len(emulate(pred, spec)) == 0 == len(yolo_postprocess(pred, spec))
+
+
+@pytest.mark.parametrize("thr", [0.05, 0.25])
+def test_emulation_equals_reference_on_a_real_detector(thr):
+    """NudeNet's YOLOv8n on the corpus photos: real scores, real overlapping boxes."""
+    from realdata import nudenet_outputs
+
+    outs = nudenet_outputs()
+    if outs is None:
+        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+    spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=thr)
+    kept = 0
+    for pred in outs:
+        want = yolo_postprocess(pred, spec)
+        _same(emulate(pred, spec), want)
+        kept += len(want)
+    assert kept > 0  # the photos do hold detections

