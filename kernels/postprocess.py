@@ -32,8 +32,8 @@ class GpuYoloPostprocessor:
     ``spec.transposed``) on the GPU. Call with a host array or a device buffer (e.g. a TensorRT
     output binding); returns :class:`Detections` on the host.
 
-    Device memory: about ``num_rows * 45`` bytes plus the IoU mask, ``max_candidates *
-    ceil(max_candidates / 64) * 8`` bytes (2 MiB for the default 4096 candidates).
+    Device memory: about ``num_rows * 45`` bytes plus the IoU mask, ``c * ceil(c / 64) * 8`` bytes
+    for ``c = min(max_candidates, num_rows)`` (2 MiB for the default 4096 candidates).
     """
 
     def __init__(self, spec: PostprocessSpec, num_rows: int, num_fields: int, backend: Any = None, stream: Any = None):
@@ -51,7 +51,9 @@ class GpuYoloPostprocessor:
         names = ["edgesdk_yolo_decode", "edgesdk_scan", "edgesdk_compact", "edgesdk_radix_hist",
                  "edgesdk_radix_scatter", "edgesdk_nms_mask", "edgesdk_nms_gather"]
         self._k = load_kernels(b, "postprocess.cu", names)
-        n, mc, md = self.num_rows, spec.max_candidates, spec.max_detections
+        # never more candidates than rows: the IoU mask is max_candidates^2 / 8 bytes
+        n, mc, md = self.num_rows, min(spec.max_candidates, self.num_rows), spec.max_detections
+        self._max_candidates = mc
         self._blocks = (n + THREADS - 1) // THREADS
         self._words = mask_words(mc)
         self._pred = b.alloc(n * self.num_fields * 4)
@@ -109,11 +111,11 @@ class GpuYoloPostprocessor:
                                       self._keys[dst], self._rows[dst]]))
         sorted_rows, words = self._rows[RADIX_PASSES % 2], self._words
         out.append(b.bind_launch(k["edgesdk_nms_mask"], (words, words, 1), (MASK_THREADS, 1, 1),
-                                 [self._boxes, self._classes, sorted_rows, self._count, i32(sp.max_candidates),
+                                 [self._boxes, self._classes, sorted_rows, self._count, i32(self._max_candidates),
                                   f32(sp.iou_threshold), self._mask, i32(words)]))
         out.append(b.bind_launch(k["edgesdk_nms_gather"], one, block,
                                  [self._mask, i32(words), self._boxes, self._classes, self._scores, sorted_rows,
-                                  self._count, i32(sp.max_candidates), i32(sp.max_detections), self._removed,
+                                  self._count, i32(self._max_candidates), i32(sp.max_detections), self._removed,
                                   self._out_boxes, self._out_scores, self._out_classes, self._out_rows,
                                   self._out_count]))
         return out
