@@ -41,7 +41,6 @@ else
     gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$STUB_DIR/libcuda.so.1" "$STUB_DIR/libcuda_stub.c"
     ln -sf libcuda.so.1 "$STUB_DIR/libcuda.so"
     export LD_LIBRARY_PATH="$STUB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export EDGESDK_CUDA_STUB="$STUB_DIR/libcuda.so.1"
 fi
 
 _pyver="$(python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
