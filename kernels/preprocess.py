@@ -125,6 +125,8 @@ class GpuPreprocessor:
         self._src_host: Optional[np.ndarray] = None
         self._bound: Dict[Any, Any] = {}
         self._host_out = self.backend.pinned(spec.output_shape(), spec.dtype)
+        self._uploaded = self.backend.event()  # recorded after each frame's upload
+        self._uploading = False
         self.bands = max(1, int(bands))
         if self.bands > 1:  # uploads on their own stream, each band's kernel waits for its rows
             self._copy_stream = self.backend.stream()
@@ -169,6 +171,8 @@ class GpuPreprocessor:
         if image.flags.c_contiguous and self.backend.is_pinned(image):
             return image
         staging = self.input_buffer(image.shape[0], image.shape[1])
+        if self._uploading:  # the previous upload from the staging buffer may still be running
+            self._uploaded.synchronize()
         np.copyto(staging, image)
         return staging
 
@@ -203,6 +207,8 @@ class GpuPreprocessor:
         h, w = frame.shape[0], frame.shape[1]
         if self.bands == 1:
             self.backend.htod(src, frame, self.stream)
+            self._uploaded.record(self.stream)
+            self._uploading = True
             self.launch(src, h, w, w * 3, out)
             return out
         if self._started:  # the previous frame's kernels still read the device source rows
@@ -216,6 +222,8 @@ class GpuPreprocessor:
             event.record(self._copy_stream)
             self.stream.wait(event)
             self.launch(src, h, w, pitch, out, rows=(y0, y1))
+        self._uploaded.record(self._copy_stream)
+        self._uploading = True
         self._done.record(self.stream)
         return out
 

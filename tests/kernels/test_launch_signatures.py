@@ -70,6 +70,9 @@ class RecordingBackend(CudaBackend):
     def _event_record(self, event, stream) -> None:
         self.ops.append(("record", event, stream))
 
+    def _event_sync(self, event) -> None:
+        self.ops.append(("event-sync", event))
+
     def _ctx_sync(self) -> None:
         pass
 
@@ -167,7 +170,12 @@ def test_preprocess_launch_matches_the_kernel_and_zero_copy_skips_the_host_copy(
         assert copies == [(1080, 1920, 3)]
         b.unregister_host(own)
         assert not b.is_pinned(own)
-    assert len(b.launches) == 3
+        b.ops.clear()
+        pre.to_device(frame)  # pageable again: the staging buffer is rewritten only once the last
+        ops = [op[0] for op in b.ops]  # upload from it is done
+        assert ops.index("event-sync") < ops.index("htod")
+        assert b.ops[ops.index("event-sync")][1] is pre._uploaded
+    assert len(b.launches) == 4
     for name, grid, block, args in b.launches:
         assert [_kind(a) for a in args] == sig
         assert block == BLOCK and grid == ((640 + BLOCK[0] - 1) // BLOCK[0], (640 + BLOCK[1] - 1) // BLOCK[1], 1)
