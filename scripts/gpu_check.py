@@ -24,6 +24,7 @@ Exit status 0 when every comparison and test passed; 2 when there is no GPU.
 from __future__ import annotations
 
 import argparse
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -76,6 +77,7 @@ def import_path() -> str:
     if _complete_sdk(str(ROOT)):
         return str(ROOT)
     tmp = Path(tempfile.mkdtemp(prefix="edgesdk-gpu-check-"))
+    atexit.register(shutil.rmtree, str(tmp), True)  # links only: the checkout is never touched
     pkg = tmp / "sdk"
     pkg.mkdir()
     for entry in (ROOT / "sdk").iterdir():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -147,16 +148,21 @@ def build(source: str, options: List[str]) -> ctypes.CDLL:
     if gxx is None:
         raise CudaError("g++ is needed for the simulated GPU")
     fmad_off = "--fmad=false" in options
-    key = hashlib.sha256((source + str(fmad_off)).encode()).hexdigest()[:16]
+    key = hashlib.sha256((PRELUDE + source + str(fmad_off)).encode()).hexdigest()[:16]
     if key not in _BUILT:
-        d = Path(tempfile.mkdtemp(prefix="edgesdk-simgpu-"))
-        (d / "k.cpp").write_text(translate(source))
-        cmd = [gxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-o", str(d / "k.so"), str(d / "k.cpp")]
-        cmd.insert(2, "-ffp-contract=off" if fmad_off else "-ffp-contract=fast")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode:
-            raise CudaError(f"the simulated GPU could not compile the kernels:\n{proc.stderr[-3000:]}")
-        _BUILT[key] = ctypes.CDLL(str(d / "k.so"))
+        lib = Path(tempfile.gettempdir()) / "edgesdk-simgpu" / f"{key}.so"  # one file per source version
+        if not lib.is_file():
+            lib.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=lib.parent) as d:
+                cpp, so = Path(d) / "k.cpp", Path(d) / "k.so"
+                cpp.write_text(translate(source))
+                cmd = [gxx, "-std=c++17", "-ffp-contract=off" if fmad_off else "-ffp-contract=fast", "-O1",
+                       "-shared", "-fPIC", "-w", "-o", str(so), str(cpp)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode:
+                    raise CudaError(f"the simulated GPU could not compile the kernels:\n{proc.stderr[-3000:]}")
+                os.replace(so, lib)
+        _BUILT[key] = ctypes.CDLL(str(lib))
     return _BUILT[key]
 
 
