@@ -17,7 +17,7 @@ from the installed package when the script stands alone; the tests run from a te
 4. the TensorRT API table against the installed TensorRT, when there is one;
 5. the GPU, TensorRT and CUDA-API tests (pytest), with their counts.
 
-    python scripts/gpu_check.py [--backend all] [--runs 30] [--quick] [--no-tests] [--no-bench]
+    python scripts/gpu_check.py [--backend all] [--runs 30] [--quick] [--no-tests] [--no-bench] [--budget-s 290]
 
 Exit status 0 when every comparison and test passed; 2 when there is no GPU.
 """
@@ -360,7 +360,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer sizes and runs")
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--no-bench", action="store_true", help="skip the torch/torchvision benchmarks")
-    ap.add_argument("--tests-timeout", type=float, default=150.0, help="seconds for the pytest step")
+    ap.add_argument("--budget-s", type=float, default=290.0,
+                    help="the whole run's time budget: the pytest step gets what is left (at least 60 s)")
     args = ap.parse_args()
     pythonpath = import_path()
 
@@ -382,7 +383,8 @@ def main() -> int:
         rows.append(run_backend(name, args))
         print(f"[{time.perf_counter() - _T0:.0f} s] backend {name} done", flush=True)
     trt = check_tensorrt()
-    tests = {"status": "not run (--no-tests)"} if args.no_tests else run_tests(pythonpath, args.tests_timeout)
+    left = max(60.0, args.budget_s - (time.perf_counter() - _T0))
+    tests = {"status": "not run (--no-tests)"} if args.no_tests else run_tests(pythonpath, left)
     return 1 if summary(gpu, rows, trt, tests) else 0
 
 
