@@ -7,7 +7,7 @@
         facts = board.check()                      # what the board has (via the agent)
         pushed = board.push("model.onnx")          # content-addressed upload
         result = board.benchmark(pushed, precision="fp16", runs=200, min_seconds=5)
-        print(result["latency_ms"]["p90"], result["power"]["mean_w"])
+        print(result.stats.p90_ms, result.stats.ci("p90"), result.power.mean_w)
 
     results = run_fleet(["jetson-nx", "orin-nano"], lambda b: b.benchmark("model.onnx"))
 
@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .. import errors as _errors
 from ..errors import (BoardConnectionError, EdgeSDKError, MissingDependencyError, RemoteCommandError,
@@ -35,6 +35,10 @@ from .profiles import BoardProfile, get_profile
 from .push import Pushed, push_file
 from .ssh import is_transient
 from .transport import LocalTransport, SSHTransport, Transport
+
+if TYPE_CHECKING:
+    from ..bench import EarlyStop
+    from ..result import BenchResult
 
 __all__ = ["Board", "FleetResult", "run_fleet", "agent_zipapp"]
 
@@ -253,14 +257,19 @@ class Board:
                   runs: int = 100, min_seconds: float = 1.0, warmup: int = 10, idle_seconds: float = 1.0,
                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                   target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
-                  samples: bool = False) -> Dict[str, Any]:
+                  samples: bool = False, early_stop: Optional["EarlyStop"] = None) -> "BenchResult":
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
         ``target`` (default: the profile's first) and measure latency (MLPerf SingleStream: at
-        least ``runs`` AND ``min_seconds``) while sampling power. Returns the result JSON dict:
-        ``latency_ms``, ``throughput_ips``, ``power``, ``energy_mj_per_inference``, ``device``,
-        ``board``, ``model``, ``transfer``. With ``samples=True`` it also holds the latency
-        samples in run order (``samples_ms``, at most 20,000, every ``samples_stride``-th) and the
-        power trace (``power.trace``: ``[t_s, W]`` on the clock of ``window``)."""
+        least ``runs`` AND ``min_seconds``, and with ``early_stop`` (:class:`sdk.bench.EarlyStop`)
+        until its tail percentile is measured well enough) while sampling power. Returns a
+        :class:`sdk.result.BenchResult` (``stats``, ``power``, ``energy``, ``device``, ``board``,
+        ``model``, ``transfer``); a malformed answer of the board is a
+        :class:`~sdk.errors.ResultFormatError` naming the board. With ``samples=True`` it also
+        holds the latency samples in run order (``samples_ms``, at most 20,000, every
+        ``samples_stride``-th) and the power trace (``power.trace``: ``[t_s, W]`` on the clock of
+        ``window``)."""
+        from ..result import BenchResult
+
         pushed = self.push(model)
         target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
         precision = precision or self.profile.runtime.precision
@@ -271,13 +280,14 @@ class Board:
             "runs": runs, "warmup": warmup, "min_seconds": min_seconds, "idle_seconds": idle_seconds,
             "power": self._power_request(), "workdir": self._abs(self.workdir), "samples": bool(samples),
         }
+        if early_stop is not None:
+            request["early_stop"] = {"percentile": early_stop.percentile,
+                                     "max_ci_width_pct": early_stop.max_ci_width_pct}
         timeout = timeout_s or (BENCH_TIMEOUT_PAD_S + idle_seconds + max(min_seconds, 0) * 3 + runs * 0.5)
-        result = self.agent("bench", request, timeout_s=timeout)
-        result["board"] = self.info()
-        model_block = dict(result.get("model") or {})
-        model_block.update(path=pushed.local_path, sha256=pushed.sha256, remote_path=pushed.remote_path)
-        result["model"] = model_block
-        result["transfer"] = pushed.transfer
+        result = BenchResult.from_dict(self.agent("bench", request, timeout_s=timeout), source=f"board '{self.name}'")
+        result.board = self.info()
+        result.model.update(path=pushed.local_path, sha256=pushed.sha256, remote_path=pushed.remote_path)
+        result.transfer = pushed.transfer
         return result
 
     def infer(self, model: ModelLike, feeds_npz: Union[str, os.PathLike], *, target: Optional[str] = None,

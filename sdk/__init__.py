@@ -10,7 +10,7 @@ The Python API, loaded lazily so ``import sdk`` stays fast and needs no runtime:
     result = sdk.benchmark(model, "onnxruntime", runs=200, min_seconds=2)
     print(result.stats.p99_ms)
     with sdk.Board("local") as board:                   # or a Jetson profile: same API over SSH
-        print(board.benchmark(model)["latency_ms"]["p50"])
+        print(board.benchmark(model).stats.p50_ms)
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ _LAZY = {
     "Model": "sdk.model",
     "ModelInfo": "sdk.model",
     "TensorSpec": "sdk.tensors",
-    "LatencyStats": "sdk.bench",
+    "LatencyStats": "sdk.result",
     "measure_latency": "sdk.bench",
+    "EarlyStop": "sdk.bench",
     "random_feed": "sdk.data",
     "load_feeds": "sdk.data",
     "PreprocessSpec": "sdk.preprocess",
@@ -34,7 +35,8 @@ _LAZY = {
     "register_target": "sdk.targets",
     "target_names": "sdk.targets",
     "benchmark": "sdk.targets.measure",
-    "BenchResult": "sdk.targets.measure",
+    "BenchResult": "sdk.result",
+    "compare_results": "sdk.compare",
     "Board": "sdk.remote",
     "run_fleet": "sdk.remote",
     "validate": "sdk.validation",

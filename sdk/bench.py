@@ -8,69 +8,42 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional, Sequence
-
-import numpy as np
+from dataclasses import dataclass
+from typing import Callable, List, Optional
 
 from .errors import InputError
+from .result import LatencyStats
+from .stats import min_runs_for, quantile_ci
 
-__all__ = ["LatencyStats", "LatencyRun", "measure_latency"]
+__all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop"]
 
 
 @dataclass(frozen=True)
-class LatencyStats:
-    """Summary of latency samples, all in milliseconds; ``throughput_ips`` in inferences/s
-    (count divided by the wall time of the measured window)."""
+class EarlyStop:
+    """MLPerf-style early stopping for a tail percentile: keep measuring until the order-statistic
+    95% interval of ``percentile`` exists (:func:`sdk.stats.min_runs_for`: p99 needs 368 runs) and,
+    with ``max_ci_width_pct``, until that interval is at most this wide (% of the percentile).
+    ``max_runs``/``max_seconds`` of :func:`measure_latency` still bound the run."""
 
-    count: int
-    mean_ms: float
-    std_ms: float
-    min_ms: float
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    throughput_ips: float
+    percentile: float = 99.0
+    max_ci_width_pct: Optional[float] = None
 
-    @classmethod
-    def from_samples(cls, samples_ms: Sequence[float], wall_s: Optional[float] = None) -> "LatencyStats":
-        """Statistics of ``samples_ms``. ``wall_s`` is the measured window's duration; without
-        it throughput is ``count / sum(samples)``. Percentiles interpolate linearly."""
-        arr = np.asarray(samples_ms, dtype=np.float64)
-        if arr.size == 0:
-            raise InputError("no latency samples to summarise")
-        p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
-        total_s = float(wall_s) if wall_s else float(arr.sum()) / 1e3
-        return cls(
-            count=int(arr.size),
-            mean_ms=float(arr.mean()),
-            std_ms=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-            min_ms=float(arr.min()),
-            p50_ms=float(p50),
-            p90_ms=float(p90),
-            p95_ms=float(p95),
-            p99_ms=float(p99),
-            max_ms=float(arr.max()),
-            throughput_ips=float(arr.size / total_s) if total_s > 0 else math.inf,
-        )
+    @property
+    def min_runs(self) -> int:
+        return min_runs_for(self.percentile)
 
-    def latency_dict(self) -> Dict[str, float]:
-        """The ``latency_ms`` block of result JSON: count, mean, std, min, p50, p90, p95, p99, max."""
-        d = asdict(self)
-        d.pop("throughput_ips")
-        return {k[:-3] if k.endswith("_ms") else k: v for k, v in d.items()}
-
-    def to_dict(self) -> dict:
-        return {"latency_ms": self.latency_dict(), "throughput_ips": self.throughput_ips}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "LatencyStats":
-        lat = data["latency_ms"]
-        return cls(throughput_ips=float(data["throughput_ips"]),
-                   **{(k if k == "count" else k + "_ms"): lat[k] for k in
-                      ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max")})
+    def satisfied(self, samples_ms: List[float]) -> bool:
+        """True when the samples give the percentile an interval narrow enough."""
+        if len(samples_ms) < self.min_runs:
+            return False
+        if self.max_ci_width_pct is None:
+            return True
+        ordered = sorted(samples_ms)
+        ci = quantile_ci(ordered, self.percentile)
+        if ci is None:
+            return False
+        centre = ordered[min(len(ordered) - 1, int(len(ordered) * self.percentile / 100.0))]
+        return centre > 0 and (ci[1] - ci[0]) / centre * 100.0 <= self.max_ci_width_pct
 
 
 @dataclass
@@ -94,14 +67,19 @@ def measure_latency(
     max_runs: Optional[int] = None,
     max_seconds: Optional[float] = None,
     on_sample: Optional[Callable[[float], None]] = None,
+    early_stop: Optional[EarlyStop] = None,
 ) -> LatencyRun:
     """Call ``run_once`` ``warmup`` times, then until at least ``min_runs`` calls AND
-    ``min_seconds`` of measuring have passed (MLPerf SingleStream). ``max_runs`` or
+    ``min_seconds`` of measuring have passed (MLPerf SingleStream), and with ``early_stop`` until
+    its tail percentile is measured well enough (:class:`EarlyStop`). ``max_runs`` or
     ``max_seconds`` stop it earlier when given. Each sample is one call timed with
     ``perf_counter``.
     """
     if warmup < 0 or min_runs < 1 or min_seconds < 0:
         raise InputError("warmup must be >= 0, runs >= 1 and min seconds >= 0")
+    if early_stop is not None:
+        min_runs = max(min_runs, early_stop.min_runs)
+    next_check = min_runs
     for _ in range(warmup):
         run_once()
     perf = time.perf_counter
@@ -121,7 +99,12 @@ def measure_latency(
         if on_sample is not None:
             on_sample(samples[-1])
         if n >= min_runs and t1 >= deadline:
-            break
+            if early_stop is None or early_stop.max_ci_width_pct is None:
+                break
+            if n >= next_check:  # sorting costs O(n log n): look again after 10% more runs
+                if early_stop.satisfied(samples):
+                    break
+                next_check = n + max(10, n // 10)
         if (max_runs is not None and n >= max_runs) or t1 >= hard_stop:
             break
     end = perf()

@@ -9,7 +9,8 @@ libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they
     EdgeSDKError
     ├── MissingDependencyError      an optional package is not installed (names the pip command)
     ├── InputError                  bad user input: shapes, dtypes, data files, options
-    │   └── ConfigError             a profile / spec / option file with unknown or bad keys
+    │   ├── ConfigError             a profile / spec / option file with unknown or bad keys
+    │   └── ResultFormatError       a measurement's JSON (a file, a board's answer) is malformed
     ├── ModelError                  the model file itself
     │   ├── ModelNotFoundError
     │   ├── ModelFormatError        not ONNX / not TFLite / truncated
@@ -40,6 +41,7 @@ __all__ = [
     "MissingDependencyError",
     "InputError",
     "ConfigError",
+    "ResultFormatError",
     "ModelError",
     "ModelNotFoundError",
     "ModelFormatError",
@@ -102,6 +104,11 @@ class InputError(EdgeSDKError):
 
 class ConfigError(InputError):
     """A board profile, spec or configuration file is malformed or has unknown keys."""
+
+
+class ResultFormatError(InputError):
+    """A measurement's JSON (a result file, a board agent's answer) does not follow the result
+    schema; the message names where it came from (the file or the board) and the first bad key."""
 
 
 class ModelError(EdgeSDKError):

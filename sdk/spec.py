@@ -7,6 +7,7 @@
     precision = "fp32"
     runs = 200                  # minimum measured runs (and min_seconds, MLPerf SingleStream)
     min_seconds = 2.0
+    early_stop_percentile = 99  # keep measuring until the p99 has a 95% interval (>= 368 runs)
 
     [budgets]                   # every key optional; a key left out is not checked
     p50_latency_ms = 5.0        # p50 latency must be <= this
@@ -18,6 +19,10 @@
     min_top1_agreement = 0.99   # board argmax == reference argmax, fraction
     min_cosine = 0.999          # per output tensor, board vs reference
     min_snr_db = 30.0           # per output tensor
+    max_regression_pct = 5.0    # p50 vs the --baseline result: fail when > 5% slower AND the 95% intervals
+                                # do not overlap (default 5 when --baseline is given without this key)
+    min_speedup_vs_fp32 = 1.5   # INT8 that is not faster fails: the FP32 model (--reference-model) is
+                                # measured on the board beside it; FP32 p50 / this p50 must be >= 1.5
 
     [device]
     power_mode = "MAXN"         # nvpmodel mode name (or number) the board must be in
@@ -60,6 +65,7 @@ SPEC_KEYS: Dict[str, Dict[str, Tuple[Any, str]]] = {
         "runs": ((int,), "minimum measured runs"),
         "min_seconds": (_NUM, "minimum measured duration, s"),
         "warmup": ((int,), "warm-up runs"),
+        "early_stop_percentile": (_NUM, "keep measuring until this percentile has a 95% interval (99: >= 368 runs)"),
     },
     "budgets": {
         "p50_latency_ms": (_NUM, "p50 latency budget, ms (<=)"),
@@ -71,6 +77,9 @@ SPEC_KEYS: Dict[str, Dict[str, Tuple[Any, str]]] = {
         "min_top1_agreement": (_NUM, "board argmax agrees with reference, fraction (>=)"),
         "min_cosine": (_NUM, "cosine similarity to the reference per output (>=)"),
         "min_snr_db": (_NUM, "SNR to the reference per output, dB (>=)"),
+        "max_regression_pct": (_NUM, "p50 slower than the --baseline result, % (<=; only when the 95% intervals "
+                                     "do not overlap)"),
+        "min_speedup_vs_fp32": (_NUM, "FP32 model's p50 / this model's p50 on the same board (>=)"),
     },
     "device": {
         "power_mode": ((str, int), "required power mode (name or number)"),
@@ -188,6 +197,8 @@ def parse_spec(data: Mapping[str, Any], source: Optional[str] = None) -> Validat
         raise ConfigError(f"{where}: [run] runs must be >= 1")
     if run.get("min_seconds", 0) < 0:
         raise ConfigError(f"{where}: [run] min_seconds must be >= 0")
+    if "early_stop_percentile" in run and not 0 < run["early_stop_percentile"] < 100:
+        raise ConfigError(f"{where}: [run] early_stop_percentile must be in (0, 100)")
     robustness = sections.get("robustness")
     if robustness is not None:
         robustness = _check_robustness(robustness, where)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from ..bench import LatencyRun, LatencyStats, measure_latency
+from ..bench import EarlyStop, LatencyRun, measure_latency
+from ..result import BenchResult, Energy, Power
 from ..data import Feed, check_feed, iter_feeds, random_feed
 from ..errors import InputError
 from ..tensors import check_input_names
@@ -17,39 +17,10 @@ from ..hostinfo import host_info
 from .base import Artifact, Session, Target
 from .registry import get_target
 
-__all__ = ["BenchResult", "benchmark", "benchmark_session", "describe_inputs"]
+__all__ = ["BenchResult", "benchmark", "benchmark_session", "describe_inputs", "HOST_POWER_REASON"]
 
-
-@dataclass
-class BenchResult:
-    """One benchmark: latency statistics plus what was measured, where and how."""
-
-    stats: LatencyStats
-    target: Dict[str, Any]
-    model: Dict[str, Any]
-    host: Dict[str, Any]
-    inputs: List[Dict[str, Any]]
-    settings: Dict[str, Any]
-    samples_ms: List[float] = field(default_factory=list, repr=False)
-    window: Dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self, samples: bool = False) -> Dict[str, Any]:
-        """JSON form: ``latency_ms`` {count, mean, std, min, p50, p90, p95, p99, max},
-        ``throughput_ips``, ``target``, ``runtime``, ``model`` {path, sha256}, ``host``, ``inputs``,
-        ``settings``; with ``samples=True`` also every sample (``samples_ms``)."""
-        out: Dict[str, Any] = self.stats.to_dict()
-        out.update(
-            target=self.target.get("name"),
-            runtime=self.target,
-            model=self.model,
-            host=self.host,
-            inputs=self.inputs,
-            settings=self.settings,
-            window=self.window,
-        )
-        if samples:
-            out["samples_ms"] = list(self.samples_ms)
-        return out
+#: Why a measurement on this host has no power figures.
+HOST_POWER_REASON = "no power sensor: measurements on the host sample no power (run on a board for power)"
 
 
 def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], data: Any, seed: int) -> List[Feed]:
@@ -89,9 +60,11 @@ def benchmark_session(
     min_seconds: float = 1.0,
     max_seconds: Optional[float] = None,
     seed: int = 0,
+    early_stop: Optional[EarlyStop] = None,
 ) -> LatencyRun:
     """Measure an open session. ``data``: None (seeded random feeds), a ``.npy``/``.npz`` path
-    or folder, one feed, or an iterable of feeds (up to 64 are cycled)."""
+    or folder, one feed, or an iterable of feeds (up to 64 are cycled). ``early_stop``: keep
+    measuring until a tail percentile is measured well enough (:class:`sdk.bench.EarlyStop`)."""
     feeds = _feeds_for(session, input_shapes, data, seed)
     if len(feeds) == 1:
         run_once = session.runner(feeds[0])
@@ -99,7 +72,8 @@ def benchmark_session(
         runners = [session.runner(f) for f in feeds]
         it = itertools.cycle(runners)
         run_once = lambda: next(it)()  # noqa: E731
-    return measure_latency(run_once, warmup=warmup, min_runs=runs, min_seconds=min_seconds, max_seconds=max_seconds)
+    return measure_latency(run_once, warmup=warmup, min_runs=runs, min_seconds=min_seconds, max_seconds=max_seconds,
+                           early_stop=early_stop)
 
 
 def benchmark(
@@ -116,6 +90,7 @@ def benchmark(
     seed: int = 0,
     workdir: Optional[Union[str, os.PathLike]] = None,
     build_options: Optional[Mapping[str, Any]] = None,
+    early_stop: Optional[EarlyStop] = None,
 ) -> BenchResult:
     """Prepare ``model`` for ``target``, open a session and measure latency (MLPerf
     SingleStream: at least ``runs`` runs AND ``min_seconds``). ``input_shapes`` fixes dynamic dims
@@ -129,19 +104,35 @@ def benchmark(
     with tgt.open(artifact) as session:
         check_input_names(input_shapes or {}, session.inputs)  # against the session, whatever the format
         run = benchmark_session(session, input_shapes=input_shapes, data=data, warmup=warmup, runs=runs,
-                                min_seconds=min_seconds, max_seconds=max_seconds, seed=seed)
+                                min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early_stop)
         feeds_desc = describe_inputs(session, input_shapes, data)
     describe = tgt.describe()
     describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
     return BenchResult(
         stats=run.stats,
-        target=describe,
+        target=str(describe.get("name") or tgt.name),
+        runtime=describe,
         model={"path": str(model.origin) if model.origin else None, "sha256": model.sha256, "format": model.format},
         host=host_info(),
         inputs=feeds_desc,
-        settings={"warmup": warmup, "min_runs": runs, "min_seconds": min_seconds,
-                  "data": "random" if data is None else (str(data) if isinstance(data, (str, os.PathLike)) else "feeds"),
-                  "seed": seed},
+        settings=bench_settings(warmup, runs, min_seconds, max_seconds, data, seed, early_stop),
         samples_ms=run.samples_ms,
-        window={"begin_s": run.begin_s, "end_s": run.end_s},
+        window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
+        power=Power.unmeasured(HOST_POWER_REASON),
+        energy=Energy.unmeasured(HOST_POWER_REASON),
     )
+
+
+def bench_settings(warmup: int, runs: int, min_seconds: float, max_seconds: Optional[float], data: Any, seed: int,
+                   early_stop: Optional[EarlyStop], **more: Any) -> Dict[str, Any]:
+    """The ``settings`` block of a result: how the run was measured (host and board alike)."""
+    out: Dict[str, Any] = {
+        "warmup": warmup, "min_runs": runs, "min_seconds": min_seconds, "max_seconds": max_seconds,
+        "data": "random" if data is None else (str(data) if isinstance(data, (str, os.PathLike)) else "feeds"),
+        "seed": seed,
+        "early_stop": None if early_stop is None else {"percentile": early_stop.percentile,
+                                                       "max_ci_width_pct": early_stop.max_ci_width_pct,
+                                                       "min_runs": early_stop.min_runs},
+    }
+    out.update(more)
+    return out

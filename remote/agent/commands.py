@@ -12,7 +12,9 @@ Requests (JSON objects; unknown keys are a :class:`~sdk.errors.ConfigError`):
 ``bench``  ``{model_path, target?="onnxruntime", target_options?, precision?, input_shapes?
            ({name: [dims]} or ["name=1x3x8x8"]), data_path? (.npy/.npz), runs?=100, warmup?=10,
            min_seconds?=1.0, max_seconds?, seed?=0, workdir?, idle_seconds?=1.0,
-           power? ({sensors?, sysfs_root?, rate_hz?=20} or false)}``
+           power? ({sensors?, sysfs_root?, rate_hz?=20} or false), samples?, max_samples?=20000,
+           early_stop? ({percentile, max_ci_width_pct?} or a percentile)}``: prints
+           :meth:`sdk.result.BenchResult.to_dict`
 ``infer``  ``{model_path, target?, target_options?, precision?, workdir?, inputs_npz, outputs_npz}``
 """
 from __future__ import annotations
@@ -119,21 +121,11 @@ def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
 # -- bench -----------------------------------------------------------------------------------------------
 _BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "data_path", "runs",
                "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power", "samples",
-               "max_samples")
+               "max_samples", "early_stop")
 
 
-def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
-    """Build/load the model with the target, sample power over an idle window and the measured
-    run, and return the result JSON (``latency_ms``, ``throughput_ips``, ``power``,
-    ``energy_mj_per_inference``, ``device``, ``model``, ``target``, ``runtime``, ...)."""
-    _check_keys(request, "bench", _BENCH_KEYS, ("model_path",))
-    _need_numpy("the board agent's bench")
-    from ...hostinfo import host_info
-    from ...targets.measure import BenchResult, benchmark_session, describe_inputs
-    from .facts import device_facts, temperatures
-    from .power import PowerSampler, open_source
-    from .power.sampler import no_power, power_report
-
+def _power_request(request: Mapping[str, Any]) -> Tuple[Any, Optional[List[str]], str, float]:
+    """``(power request or False, sensors, sysfs root, rate_hz)`` from the bench request."""
     power_req = request.get("power", {})
     if power_req is None:
         power_req = {}
@@ -141,21 +133,94 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
         raise ConfigError("power must be an object {sensors, sysfs_root, rate_hz} or false")
     if isinstance(power_req, Mapping):
         _check_keys(power_req, "bench power", ("sensors", "sysfs_root", "rate_hz"))
-    root = (power_req or {}).get("sysfs_root") or "/"
-    sensors = (power_req or {}).get("sensors") or None
-    rate_hz = float((power_req or {}).get("rate_hz") or 20.0)
+    opts = power_req or {}
+    rate_hz = float(opts.get("rate_hz") or 20.0)
+    if rate_hz <= 0:
+        raise InputError("power rate_hz must be > 0")
+    return power_req, opts.get("sensors") or None, opts.get("sysfs_root") or "/", rate_hz
+
+
+def _early_stop(value: Any) -> Any:
+    """``{percentile, max_ci_width_pct?}`` (or a bare percentile) -> :class:`sdk.bench.EarlyStop`."""
+    from ...bench import EarlyStop
+
+    if not value:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = {"percentile": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError("early_stop must be {percentile, max_ci_width_pct} or a percentile")
+    _check_keys(value, "bench early_stop", ("percentile", "max_ci_width_pct"))
+    pct = float(value.get("percentile", 99.0))
+    if not 0.0 < pct < 100.0:
+        raise InputError("early_stop percentile must be in (0, 100), not %g" % pct)
+    width = value.get("max_ci_width_pct")
+    return EarlyStop(pct, None if width is None else float(width))
+
+
+def _measure(session: Any, sampler: Any, idle_s: float, shapes: Any, data: Any, request: Mapping[str, Any],
+             early_stop: Any) -> Tuple[Any, Optional[Tuple[float, float]]]:
+    """Idle window (when sampling power), then the measured run; the sampler stops either way."""
+    from ...targets.measure import benchmark_session
+
+    idle_window: Optional[Tuple[float, float]] = None
+    if sampler is not None:
+        sampler.start()
+    try:
+        if sampler is not None and idle_s > 0:
+            begin = time.monotonic()
+            time.sleep(idle_s)
+            idle_window = (begin, time.monotonic())
+        max_seconds = request.get("max_seconds")
+        run = benchmark_session(session, input_shapes=shapes, data=data, warmup=int(request.get("warmup", 10)),
+                                runs=int(request.get("runs", 100)), min_seconds=float(request.get("min_seconds", 1.0)),
+                                max_seconds=float(max_seconds) if max_seconds else None,
+                                seed=int(request.get("seed", 0)), early_stop=early_stop)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    return run, idle_window
+
+
+def _power_figures(power_req: Any, sampler: Any, tried: List[Dict[str, Any]], run: Any,
+                   idle_window: Optional[Tuple[float, float]], with_trace: bool) -> Tuple[Any, Any]:
+    """:class:`sdk.result.Power` and :class:`~sdk.result.Energy` of the run."""
+    from ...result import Energy, Power
+    from .power.sampler import power_report
+
+    if power_req is False:
+        reason = "power sampling was not requested"
+        return Power.unmeasured(reason), Energy.unmeasured(reason)
+    if sampler is None:
+        reason = "no power sensor found (tried: %s)" % "; ".join("%s: %s" % (t["sensor"], t["why_not"]) for t in tried)
+        return Power.unmeasured(reason, tried), Energy.unmeasured(reason)
+    power_d, energy_d = power_report(sampler, (run.begin_s, run.end_s), idle_window, run.stats.count, tried)
+    power, energy = Power.from_dict(power_d), Energy.from_dict(energy_d)
+    if with_trace and power.measured:
+        power.trace = sampler.trace()  # same clock as the result's window
+    return power, energy
+
+
+def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Build/load the model with the target, sample power over an idle window and the measured
+    run, and return the result JSON: :meth:`sdk.result.BenchResult.to_dict` (``latency_ms`` with
+    its 95% intervals, ``throughput_ips``, ``power``, ``energy_mj_per_inference``, ``device``,
+    ``model``, ``target``, ``runtime``, ...)."""
+    _check_keys(request, "bench", _BENCH_KEYS, ("model_path",))
+    _need_numpy("the board agent's bench")
+    from ...hostinfo import host_info
+    from ...result import BenchResult
+    from ...targets.measure import bench_settings, describe_inputs
+    from .facts import device_facts, temperatures
+    from .power import PowerSampler, open_source
+
+    power_req, sensors, root, rate_hz = _power_request(request)
     idle_s = float(request.get("idle_seconds", 1.0) or 0.0)
-    runs = int(request.get("runs", 100))
-    warmup = int(request.get("warmup", 10))
-    min_seconds = float(request.get("min_seconds", 1.0))
-    max_seconds = request.get("max_seconds")
-    seed = int(request.get("seed", 0))
     shapes = _shapes(request.get("input_shapes"))
     data = request.get("data_path")
     if data is not None:
         data = os.path.expanduser(str(data))
-    if rate_hz <= 0:
-        raise InputError("power rate_hz must be > 0")
+    early_stop = _early_stop(request.get("early_stop"))
 
     model = _model(request)
     tgt, precision = _target(request)
@@ -165,52 +230,30 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     if power_req is not False:
         source, tried = open_source(sensors, root)
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
-    idle_window: Optional[Tuple[float, float]] = None
     with tgt.open(artifact) as session:
         device["temperatures_before_c"] = temperatures(root)
         sampler = PowerSampler(source, rate_hz) if source is not None else None
-        if sampler is not None:
-            sampler.start()
-        try:
-            if sampler is not None and idle_s > 0:
-                begin = time.monotonic()
-                time.sleep(idle_s)
-                idle_window = (begin, time.monotonic())
-            run = benchmark_session(session, input_shapes=shapes, data=data, warmup=warmup, runs=runs,
-                                    min_seconds=min_seconds,
-                                    max_seconds=float(max_seconds) if max_seconds else None, seed=seed)
-        finally:
-            if sampler is not None:
-                sampler.stop()
+        run, idle_window = _measure(session, sampler, idle_s, shapes, data, request, early_stop)
         inputs = describe_inputs(session, shapes, data)
     device["temperatures_after_c"] = temperatures(root)
-    if power_req is False:
-        power, energy = no_power("power sampling was not requested")
-    elif sampler is None:
-        power, energy = no_power("no power sensor found (tried: %s)" % "; ".join(
-            "%s: %s" % (t["sensor"], t["why_not"]) for t in tried), tried)
-    else:
-        power, energy = power_report(sampler, (run.begin_s, run.end_s), idle_window, run.stats.count, tried)
+    with_samples = bool(request.get("samples"))
+    power, energy = _power_figures(power_req, sampler, tried, run, idle_window, with_samples)
     describe = tgt.describe()
     describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
+    samples, stride = _strided(run.samples_ms, int(request.get("max_samples") or 20000))
+    window: Dict[str, Any] = {"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"}
+    if idle_window is not None:
+        window["idle_begin_s"], window["idle_end_s"] = idle_window
     result = BenchResult(
-        stats=run.stats, target=describe,
+        stats=run.stats, target=str(describe.get("name") or tgt.name), runtime=describe,
         model={"path": str(model.path), "sha256": model.sha256, "format": model.format},
         host=host_info(), inputs=inputs,
-        settings={"warmup": warmup, "min_runs": runs, "min_seconds": min_seconds, "max_seconds": max_seconds,
-                  "data": "random" if data is None else str(data), "seed": seed, "idle_seconds": idle_s},
-        samples_ms=run.samples_ms,
-        window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
-    ).to_dict()
-    if request.get("samples"):
-        result["samples_ms"], result["samples_stride"] = _strided(run.samples_ms, int(request.get("max_samples") or 20000))
-        if sampler is not None and power.get("mean_w") is not None:
-            power["trace"] = sampler.trace()  # same clock as result["window"]
-    result.update(precision=precision, power=power, energy_mj_per_inference=energy, device=device,
-                  agent={"version": __version__})
-    if idle_window is not None:
-        result["window"]["idle_begin_s"], result["window"]["idle_end_s"] = idle_window
-    return result
+        settings=bench_settings(int(request.get("warmup", 10)), int(request.get("runs", 100)),
+                                float(request.get("min_seconds", 1.0)), request.get("max_seconds"),
+                                data, int(request.get("seed", 0)), early_stop, idle_seconds=idle_s),
+        samples_ms=samples, samples_stride=stride, window=window, power=power, energy=energy,
+        precision=precision, device=device, agent={"version": __version__})
+    return result.to_dict(samples=with_samples)
 
 
 def _strided(samples: List[float], limit: int) -> Tuple[List[float], int]:

@@ -5,7 +5,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 STATE: Dict[str, Any] = {"debug": False}
 _consoles: Dict[str, Any] = {}
@@ -69,17 +69,35 @@ def fmt_ms(v: Optional[float]) -> str:
     return f"{v:.4f}" if v < 1 else (f"{v:.3f}" if v < 10 else f"{v:.2f}")
 
 
-def latency_table(title: str, results: List[Dict[str, Any]], label_key: str = "target"):
-    """A rich table with one column per result dict (keys ``latency_ms``, ``throughput_ips``)
-    and one row per statistic, so it stays readable in a narrow terminal."""
+def latency_table(title: str, results: List[Tuple[str, Any]]):
+    """A rich table with one column per ``(label, BenchResult)`` and one row per statistic (with
+    the 95% interval of p50/p90/p99), so it stays readable in a narrow terminal."""
     from rich.table import Table
 
     t = Table(title=title)
     t.add_column("")
-    for r in results:
-        t.add_column(str(r.get(label_key)), justify="right")
-    t.add_row("count", *[str(r["latency_ms"]["count"]) for r in results])
+    for label, _ in results:
+        t.add_column(str(label), justify="right")
+    stats = [r.stats for _, r in results]
+    t.add_row("count", *[str(s.count) for s in stats])
     for key in ("mean", "std", "min", "p50", "p90", "p95", "p99", "max"):
-        t.add_row(f"{key} ms", *[fmt_ms(r["latency_ms"][key]) for r in results])
-    t.add_row("throughput inf/s", *[f"{r['throughput_ips']:.1f}" for r in results])
+        t.add_row(f"{key} ms", *[fmt_ms(getattr(s, key + "_ms")) for s in stats])
+        if key in ("p50", "p90", "p99"):
+            t.add_row(f"  95% CI", *[fmt_ci(s.ci(key), key) for s in stats])
+    t.add_row("throughput inf/s", *[f"{s.throughput_ips:.1f}" for s in stats])
     return t
+
+
+def fmt_ci(ci: Optional[Tuple[float, float]], stat: str = "") -> str:
+    """``[lo, hi]`` in ms, or why there is none (too few runs for that percentile)."""
+    if ci is None:
+        from ..stats import min_runs_for
+
+        return f"n/a (< {min_runs_for(float(stat[1:]))} runs)" if stat.startswith("p") else "n/a"
+    return f"[{fmt_ms(ci[0])}, {fmt_ms(ci[1])}]"
+
+
+def noise_lines(label: str, result: Any) -> List[str]:
+    """``warning: <label>: ...`` for each noise warning of a result (an unstable run)."""
+    noise = result.stats.noise
+    return [f"warning: {label}: {w}" for w in (noise.warnings if noise is not None else ())]

@@ -28,13 +28,23 @@ def bench_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
     samples: bool = typer.Option(False, "--samples", help="Include every latency sample in the JSON."),
+    early_stop: Optional[float] = typer.Option(
+        None, "--early-stop", min=1.0, max=99.99,
+        help="Keep measuring until this percentile has a 95% interval (MLPerf-style; 99: >= 368 runs)."),
+    max_ci_width: Optional[float] = typer.Option(
+        None, "--max-ci-width", min=0.0, help="With --early-stop: until that interval is at most this % wide "
+                                              "(bounded by --max-seconds)."),
+    max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0, help="Stop measuring after this long (s)."),
 ) -> None:
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
+    from ..bench import EarlyStop
     from ..errors import InputError
     from ..targets import benchmark, target_class
     from ..tensors import parse_shape_profiles
-    from ._common import console, latency_table, parse_options, write_json
+    from ._common import console, latency_table, noise_lines, parse_options, write_json
 
+    if max_ci_width is not None and early_stop is None:
+        raise InputError("--max-ci-width needs --early-stop PERCENTILE")
     profiles = parse_shape_profiles(input_shape or [])
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     opts = parse_options(option)
@@ -46,20 +56,22 @@ def bench_cmd(
         opts["threads"] = threads
     if provider:
         opts["providers"] = [p for item in provider for p in item.split(",") if p]
+    early = EarlyStop(early_stop, max_ci_width) if early_stop is not None else None
     result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=data, warmup=warmup,
-                       runs=runs, min_seconds=min_seconds, seed=seed)
-    out = result.to_dict(samples=samples)
+                       runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early)
     if json_path == "-":
-        write_json("-", out)
+        write_json("-", result.to_dict(samples=samples))
         return
     c = console()
     from pathlib import Path
 
-    c.print(latency_table(f"{Path(out['model']['path']).name} latency", [out]))
-    c.print(f"host: {out['host']['cpu']}, {out['host']['cores']} cores; "
-            f"{out['target']} {out['runtime'].get('version') or ''}".rstrip())
+    c.print(latency_table(f"{Path(str(result.model['path'])).name} latency", [(result.target, result)]))
+    c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
+            f"{result.target} {result.runtime_version or ''}".rstrip())
+    for line in noise_lines(result.target, result):
+        c.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_path:
-        write_json(json_path, out)
+        write_json(json_path, result.to_dict(samples=samples))
         c.print(f"wrote {json_path}")
 
 

@@ -151,19 +151,19 @@ class _Uploads:
             self.progress.stop()
 
 
-def _power_line(r: Dict[str, Any]) -> str:
-    p = r.get("power") or {}
-    if p.get("mean_w") is None:
-        return f"power: n/a ({p.get('reason') or p.get('error') or 'no sensor'})"
-    e = r.get("energy_mj_per_inference") or {}
-    parts = [f"power: {p['mean_w']:.2f} W mean"]
-    if p.get("idle_w") is not None:
-        parts.append(f"{p['idle_w']:.2f} W idle")
-    if isinstance(e, dict) and e.get("total") is not None:
-        parts.append(f"{e['total']:.3f} mJ/inference")
-        if e.get("above_idle") is not None:
-            parts.append(f"{e['above_idle']:.3f} mJ above idle")
-    parts.append(f"source {p.get('source')}, {p.get('samples')} samples at {p.get('rate_hz') or 0:.0f} Hz")
+def _power_line(r: Any) -> str:
+    """One line of a :class:`sdk.result.BenchResult`'s power and energy figures."""
+    p, e = r.power, r.energy
+    if p.mean_w is None:
+        return f"power: n/a ({p.reason or p.details.get('error') or 'no sensor'})"
+    parts = [f"power: {p.mean_w:.2f} W mean"]
+    if p.idle_w is not None:
+        parts.append(f"{p.idle_w:.2f} W idle")
+    if e.total_mj is not None:
+        parts.append(f"{e.total_mj:.3f} mJ/inference")
+        if e.above_idle_mj is not None:
+            parts.append(f"{e.above_idle_mj:.3f} mJ above idle")
+    parts.append(f"source {p.source}, {p.samples} samples at {p.rate_hz or 0:.0f} Hz")
     return ", ".join(parts)
 
 
@@ -191,7 +191,7 @@ def push_cmd(
     from ..remote.profiles import PRECISIONS, get_profile
     from ..tensors import parse_input_shapes
     from . import EXIT_FAILED
-    from ._common import console, error_line, latency_table, parse_options, write_json
+    from ._common import console, error_line, latency_table, noise_lines, parse_options, write_json
 
     if precision is not None and precision not in PRECISIONS:
         raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
@@ -216,15 +216,16 @@ def push_cmd(
     for fr in results:
         if fr.ok:
             r = fr.value
-            out.append(r)
+            out.append(r.to_dict())
             if json_path == "-":
                 continue
-            tr = r.get("transfer") or {}
+            tr = r.transfer or {}
             sent = "skipped (already on the board)" if tr.get("skipped") else \
                 f"{tr.get('bytes_sent', 0) / 1e6:.1f} MB in {tr.get('seconds', 0):.1f} s"
-            c.print(latency_table(f"{Path(model).name} on {fr.board} ({r.get('target') or target or ''})",
-                                  [dict(r, label=fr.board)], label_key="label"))
+            c.print(latency_table(f"{Path(model).name} on {fr.board} ({r.target or target or ''})", [(fr.board, r)]))
             c.print(_power_line(r))
+            for line in noise_lines(fr.board, r):
+                c.print(line, markup=False, highlight=False, soft_wrap=True)
             c.print(f"upload: {sent}")
         else:
             out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})

@@ -37,6 +37,9 @@ def validate_cmd(
     junit: Optional[str] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
+                                 "beyond [budgets] max_regression_pct (default 5%) with intervals apart."),
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
@@ -47,7 +50,7 @@ def validate_cmd(
     result = validate(model, board, data, labels=labels, spec=spec, reference=reference,
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
-                      progress=None if quiet else _progress)
+                      progress=None if quiet else _progress, baseline=baseline)
     if report:
         result.write_html(report)
     if junit:

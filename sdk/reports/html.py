@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import svg
 
-__all__ = ["validation_html", "robustness_html", "power_trace"]
+__all__ = ["validation_html", "robustness_html", "power_trace", "latency_rows"]
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;color:#222;padding:0 16px}
@@ -247,6 +247,35 @@ def robustness_block(rob: Dict[str, Any]) -> List[str]:
     return out
 
 
+def _ci_text(ci: Optional[Tuple[float, float]]) -> str:
+    return "-" if ci is None else f"{_fmt(ci[0])} .. {_fmt(ci[1])}"
+
+
+def latency_rows(board: Dict[str, Any]) -> List[str]:
+    """The latency table of one board of a validation result: the model's row, the FP32 model's
+    measured beside it (``benchmark_fp32``, with the speedup) and the stored baseline's, each with
+    the 95% intervals of p50 and p99; then the noise warnings of the run."""
+    from ..result import BenchResult
+
+    rows = []
+    speedup = board.get("speedup_vs_fp32")
+    for key, label in (("benchmark", "this model"), ("benchmark_fp32", "FP32 model"), ("baseline", "baseline")):
+        if not board.get(key):
+            continue
+        r = BenchResult.from_dict(board[key], f"board '{board.get('board')}' {key}")
+        st = r.stats
+        if key == "benchmark_fp32" and speedup is not None:
+            label = f"FP32 model (this model is {speedup:.2f}x faster)"
+        rows.append([label, st.count, st.mean_ms, st.std_ms, st.min_ms, st.p50_ms, _ci_text(st.ci("p50")), st.p90_ms,
+                     st.p99_ms, _ci_text(st.ci("p99")), st.max_ms, st.throughput_ips])
+    out = [_table(["run", "count", "mean ms", "std ms", "min ms", "p50 ms", "p50 95% CI", "p90 ms", "p99 ms",
+                   "p99 95% CI", "max ms", "inf/s"], rows, num_cols=tuple(range(1, 12)))]
+    main = BenchResult.from_dict(board["benchmark"], f"board '{board.get('board')}'")
+    if main.stats.noise is not None and main.stats.noise.unstable:
+        out.append('<p class="error">unstable run: ' + escape("; ".join(main.stats.noise.warnings)) + "</p>")
+    return out
+
+
 def _board_section(b: Dict[str, Any], budgets: Dict[str, Any]) -> List[str]:
     out = [f'<h2 id="board-{escape(b["board"])}">{escape(b["board"])} {_badge(b["verdict"])}</h2>']
     if b.get("error"):
@@ -257,11 +286,8 @@ def _board_section(b: Dict[str, Any], budgets: Dict[str, Any]) -> List[str]:
                       cls="checks"))
     bench = b.get("benchmark")
     if bench:
-        lat = bench.get("latency_ms") or {}
         out.append("<h3>Latency</h3>")
-        out.append(_table(["count", "mean ms", "std ms", "min ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms",
-                           "inf/s"], [[lat.get(k) for k in ("count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max")]
-                                     + [bench.get("throughput_ips")]], num_cols=tuple(range(10))))
+        out.extend(latency_rows(b))
         out.append('<div class="plots">' + "\n".join(_latency_plots(bench)) + "</div>")
         out.append("<h3>Power</h3>")
         pw = _power_section(bench)

@@ -43,15 +43,18 @@ class _Check:
     unit: str = ""
     op: str = ""
     doc: str = ""
+    default: Optional[Callable[[Any], Any]] = None  # run -> limit when the spec has no key (None: off)
 
 
 CHECKS: Dict[str, _Check] = {}
 
 
-def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "", doc: str = ""):
-    """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``."""
+def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "", doc: str = "",
+                   default: Optional[Callable[[Any], Any]] = None):
+    """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``. ``default``:
+    ``run -> limit`` for runs that enable the check without the spec key (None: not enabled)."""
     def deco(fn):
-        CHECKS[name] = _Check(name, section, key, stage, fn, unit, op, doc)
+        CHECKS[name] = _Check(name, section, key, stage, fn, unit, op, doc, default)
         return fn
     return deco
 
@@ -74,35 +77,86 @@ def _get(d: Any, *path: str) -> Any:
 
 
 # -- budgets ------------------------------------------------------------------------------------------
+def _stat(run: Any, name: str) -> Optional[float]:
+    """A latency statistic of the board's :class:`~sdk.result.BenchResult` (``p50_ms``,
+    ``throughput_ips``, ...), or None without a benchmark."""
+    return None if run.bench is None else getattr(run.bench.stats, name)
+
+
 @register_check("latency.p50", "budgets", "p50_latency_ms", "benchmark", "ms", "<=")
 def _p50(run, spec, limit):
-    return _cmp(_get(run.bench, "latency_ms", "p50"), limit, "<=", "no latency result")
+    return _cmp(_stat(run, "p50_ms"), limit, "<=", "no latency result")
 
 
 @register_check("latency.p99", "budgets", "p99_latency_ms", "benchmark", "ms", "<=")
 def _p99(run, spec, limit):
-    return _cmp(_get(run.bench, "latency_ms", "p99"), limit, "<=", "no latency result")
+    verdict, measured, reason = _cmp(_stat(run, "p99_ms"), limit, "<=", "no latency result")
+    if run.bench is not None and run.bench.stats.ci("p99") is None and verdict != SKIP:
+        from ..stats import min_runs_for
+
+        reason = (f"{run.bench.stats.count} runs give the p99 no 95% interval (needs {min_runs_for(99.0)}): "
+                  "raise [run] runs")
+    return verdict, measured, reason
 
 
 @register_check("throughput", "budgets", "min_throughput_ips", "benchmark", "inf/s", ">=")
 def _throughput(run, spec, limit):
-    return _cmp(_get(run.bench, "throughput_ips"), limit, ">=", "no throughput result")
+    return _cmp(_stat(run, "throughput_ips"), limit, ">=", "no throughput result")
 
 
 def _power_reason(run) -> str:
-    power = _get(run.bench, "power") or {}
-    reason = power.get("reason") or _get(run.bench, "energy_mj_per_inference", "reason")
+    if run.bench is None:
+        return "no benchmark result"
+    reason = run.bench.power.reason or run.bench.energy.reason
     return str(reason or "no power measurement: the board reports no power sensor")
 
 
 @register_check("power.mean", "budgets", "max_mean_power_w", "benchmark", "W", "<=")
 def _power(run, spec, limit):
-    return _cmp(_get(run.bench, "power", "mean_w"), limit, "<=", _power_reason(run))
+    return _cmp(None if run.bench is None else run.bench.power.mean_w, limit, "<=", _power_reason(run))
 
 
 @register_check("energy.per_inference", "budgets", "max_energy_mj_per_inference", "benchmark", "mJ", "<=")
 def _energy(run, spec, limit):
-    return _cmp(_get(run.bench, "energy_mj_per_inference", "total"), limit, "<=", _power_reason(run))
+    return _cmp(None if run.bench is None else run.bench.energy.total_mj, limit, "<=", _power_reason(run))
+
+
+def _baseline_default(run: Any) -> Optional[float]:
+    from ..compare import DEFAULT_THRESHOLD_PCT
+
+    return DEFAULT_THRESHOLD_PCT if getattr(run, "baseline_note", None) is not None else None
+
+
+@register_check("latency.regression", "budgets", "max_regression_pct", "benchmark", "%", "<=",
+                default=_baseline_default)
+def _regression(run, spec, limit):
+    """p50 against the stored baseline of this model x board x runtime: fails when the 95%
+    intervals do not overlap AND the p50 is more than ``limit`` % slower."""
+    from ..compare import SLOWER, compare_results
+
+    if run.bench is None:
+        return SKIP, None, "no latency result"
+    if run.baseline is None:
+        return SKIP, None, run.baseline_note or "no baseline given (--baseline FILE)"
+    c = compare_results(run.baseline, run.bench, threshold_pct=float(limit)).change("p50")
+    ci = "" if c.change_ci_pct is None else f" (95% interval {c.change_ci_pct[0]:+.1f}..{c.change_ci_pct[1]:+.1f} %)"
+    where = f"p50 {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
+    if c.verdict == SLOWER:
+        return FAIL, round(c.change_pct, 3), f"{where}, intervals do not overlap"
+    why = "within the intervals" if c.overlap else ("too few runs for intervals" if c.overlap is None else
+                                                     "a change within the limit")
+    return PASS, round(c.change_pct, 3), f"{where}: {why}"
+
+
+@register_check("speedup.vs_fp32", "budgets", "min_speedup_vs_fp32", "benchmark", "x", ">=")
+def _speedup(run, spec, limit):
+    """FP32 p50 / this model's p50, both measured on the board in the same run."""
+    speedup = run.speedup_vs_fp32
+    if speedup is None:
+        return SKIP, None, "the FP32 model was not measured"
+    fp32, mine = run.bench_fp32.stats.p50_ms, run.bench.stats.p50_ms
+    verdict, measured, _ = _cmp(round(speedup, 4), limit, ">=", "")
+    return verdict, measured, f"p50 {mine:.4g} ms vs FP32 {fp32:.4g} ms"
 
 
 @register_check("accuracy.top1_drop", "budgets", "max_top1_drop", "infer", "", "<=")
@@ -190,9 +244,10 @@ def hottest_c(run) -> Optional[float]:
     temps: List[float] = []
     for k in ("temperatures", "temperatures_c"):
         temps += _numbers(_get(run.facts, k))
+    device = run.bench.device if run.bench is not None else None
     for k in ("temperatures", "temperatures_c", "temperatures_before", "temperatures_after",
               "temperatures_before_c", "temperatures_after_c"):
-        temps += _numbers(_get(run.bench, "device", k))
+        temps += _numbers(_get(device, k))
     return max(temps) if temps else None
 
 
@@ -270,9 +325,12 @@ def evaluate_checks(run: Any, spec: Any) -> List[CheckResult]:
         section = getattr(spec, chk.section, None) if spec is not None else None
         if chk.section == "robustness" and section is None:
             continue
-        if not section or chk.key not in section:
+        if section and chk.key in section:
+            limit = section[chk.key]
+        elif chk.default is not None and chk.default(run) is not None:
+            limit = chk.default(run)
+        else:
             continue
-        limit = section[chk.key]
         cause = _failed_before(run, chk.stage)
         if cause:
             results.append(CheckResult(chk.name, FAIL, None, limit, chk.unit, chk.op, cause))

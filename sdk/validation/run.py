@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import EdgeSDKError, InputError, ValidationError, first_line
+from ..result import BenchResult
 from .checks import FAIL, PASS, SKIP, CheckResult, evaluate_checks
 from .inputs import Dataset, load_dataset
 from .runners import HostRunner, open_runner
@@ -37,14 +38,19 @@ Progress = Optional[Callable[[str], None]]
 
 @dataclass
 class BoardRun:
-    """What one board did: ``facts`` (device facts), ``bench`` (benchmark result dict),
+    """What one board did: ``facts`` (device facts), ``bench`` (:class:`sdk.result.BenchResult`),
+    ``bench_fp32`` (the FP32 model measured beside it when the spec asks ``min_speedup_vs_fp32``),
+    ``baseline`` (the stored result it is compared with, ``--baseline``),
     ``compare`` (per output: cosine, snr_db, max_abs_error, top1_agreement vs the reference),
     ``accuracy`` (top1_board, top1_reference, top1_drop with labels), ``robustness`` (sweep dict),
     ``failed_stage``/``error`` when it failed, and the evaluated ``checks``."""
 
     board: str
     facts: Optional[Dict[str, Any]] = None
-    bench: Optional[Dict[str, Any]] = None
+    bench: Optional[BenchResult] = None
+    bench_fp32: Optional[BenchResult] = None
+    baseline: Optional[BenchResult] = None
+    baseline_note: Optional[str] = None
     compare: Optional[Dict[str, Dict[str, float]]] = None
     accuracy: Optional[Dict[str, Any]] = None
     robustness: Optional[Dict[str, Any]] = None
@@ -58,10 +64,27 @@ class BoardRun:
         return FAIL if any(c.verdict == FAIL for c in self.checks) else PASS
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"board": self.board, "verdict": self.verdict, "failed_stage": self.failed_stage, "error": self.error,
-                "seconds": round(self.seconds, 3), "facts": self.facts, "benchmark": self.bench,
-                "compare": self.compare, "accuracy": self.accuracy, "robustness": self.robustness,
-                "checks": [c.to_dict() for c in self.checks]}
+        out = {"board": self.board, "verdict": self.verdict, "failed_stage": self.failed_stage, "error": self.error,
+               "seconds": round(self.seconds, 3), "facts": self.facts, "benchmark": _bench_json(self.bench),
+               "compare": self.compare, "accuracy": self.accuracy, "robustness": self.robustness,
+               "checks": [c.to_dict() for c in self.checks]}
+        if self.bench_fp32 is not None:
+            out["benchmark_fp32"] = _bench_json(self.bench_fp32)
+            out["speedup_vs_fp32"] = self.speedup_vs_fp32
+        if self.baseline is not None:
+            out["baseline"] = _bench_json(self.baseline)
+        return out
+
+    @property
+    def speedup_vs_fp32(self) -> Optional[float]:
+        """FP32 p50 / this model's p50 on the same board (> 1: faster than FP32), or None."""
+        if self.bench is None or self.bench_fp32 is None or self.bench.stats.p50_ms <= 0:
+            return None
+        return self.bench_fp32.stats.p50_ms / self.bench.stats.p50_ms
+
+
+def _bench_json(bench: Optional[BenchResult]) -> Optional[Dict[str, Any]]:
+    return None if bench is None else bench.to_dict(samples=bool(bench.samples_ms))
 
 
 @dataclass
@@ -93,11 +116,12 @@ class ValidationResult:
     def summary_rows(self) -> List[Dict[str, Any]]:
         rows = []
         for b in self.boards:
-            lat = (b.bench or {}).get("latency_ms") or {}
-            power = (b.bench or {}).get("power") or {}
+            stats = b.bench.stats if b.bench is not None else None
             counts = {v: sum(1 for c in b.checks if c.verdict == v) for v in (PASS, FAIL, SKIP)}
-            rows.append({"board": b.board, "verdict": b.verdict, "p50_ms": lat.get("p50"), "p99_ms": lat.get("p99"),
-                         "throughput_ips": (b.bench or {}).get("throughput_ips"), "mean_w": power.get("mean_w"),
+            rows.append({"board": b.board, "verdict": b.verdict, "p50_ms": stats.p50_ms if stats else None,
+                         "p99_ms": stats.p99_ms if stats else None,
+                         "throughput_ips": stats.throughput_ips if stats else None,
+                         "mean_w": b.bench.power.mean_w if b.bench is not None else None,
                          "top1": (b.accuracy or {}).get("top1_board"),
                          "cosine": min((m["cosine"] for m in (b.compare or {}).values()), default=None),
                          "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP],
@@ -237,9 +261,46 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
         tmp.cleanup()
 
 
+def _benchmark(board: Any, model: Any, run_opts: Dict[str, Any], ds: Dataset, precision: Optional[str] = None) -> BenchResult:
+    """One benchmark with the spec's [run] settings (the board's or the host runner's)."""
+    from ..bench import EarlyStop
+
+    kw: Dict[str, Any] = {"warmup": int(run_opts["warmup"])} if "warmup" in run_opts else {}
+    if "early_stop_percentile" in run_opts:
+        kw["early_stop"] = EarlyStop(float(run_opts["early_stop_percentile"]))
+    return board.benchmark(model, target=run_opts.get("target"), precision=precision or run_opts.get("precision"),
+                           runs=int(run_opts.get("runs", 100)), min_seconds=float(run_opts.get("min_seconds", 1.0)),
+                           input_shapes=_sample_shapes(ds), samples=True, **kw)
+
+
+@dataclass
+class _Extras:
+    """What a board run measures beyond the model itself: the FP32 model beside it
+    (``min_speedup_vs_fp32``) and the stored baselines (``--baseline``)."""
+
+    fp32_model: Any = None
+    baselines: Optional[List[BenchResult]] = None
+    baseline_source: str = ""
+
+    def attach(self, run: BoardRun, board: Any, ds: Dataset, run_opts: Dict[str, Any], say: Callable[[str], None],
+               label: str) -> None:
+        from ..compare import find_baseline
+
+        if self.baselines is not None and run.bench is not None:
+            run.baseline = find_baseline(self.baselines, run.bench)
+            key = run.bench.key
+            run.baseline_note = (f"baseline from {self.baseline_source}" if run.baseline is not None else
+                                 f"{self.baseline_source} holds no result of this model x board x target x runtime "
+                                 f"(sha256 {key[0][:12]}, {key[1]}, {key[2]} {key[3]})")
+        if self.fp32_model is not None:
+            say(f"{label}: benchmarking the FP32 model beside it")
+            run.bench_fp32 = _benchmark(board, self.fp32_model, run_opts, ds, precision="fp32")
+
+
 def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, ref_out: Dict[str, np.ndarray],
                ref_top1: Optional[float], spec: Any, workdir: Path, progress: Progress,
-               label: Optional[str] = None, out_names: Optional[Dict[str, str]] = None) -> BoardRun:
+               label: Optional[str] = None, out_names: Optional[Dict[str, str]] = None,
+               extras: Optional["_Extras"] = None) -> BoardRun:
     from ..metrics import compare_outputs
 
     if label is None:
@@ -277,11 +338,9 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
                 run.accuracy = {"reason": "no labels given (--labels)"}
             stage = "benchmark"
             say(f"{label}: benchmarking")
-            run.bench = board.benchmark(model, target=run_opts.get("target"), precision=run_opts.get("precision"),
-                                        runs=int(run_opts.get("runs", 100)),
-                                        min_seconds=float(run_opts.get("min_seconds", 1.0)),
-                                        input_shapes=_sample_shapes(ds), samples=True,
-                                        **({"warmup": int(run_opts["warmup"])} if "warmup" in run_opts else {}))
+            run.bench = _benchmark(board, model, run_opts, ds)
+            if extras is not None:
+                extras.attach(run, board, ds, run_opts, say, label)
             if spec is not None and spec.robustness is not None:
                 stage = "robustness"
                 rob = spec.robustness
@@ -332,6 +391,20 @@ def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel:
     return [results[i] for i in range(len(runners))]
 
 
+def _extras(spec: Any, fp32_model: Any, baseline: Any) -> Optional[_Extras]:
+    from ..compare import load_results
+
+    extras = _Extras()
+    if spec is not None and "min_speedup_vs_fp32" in spec.budgets:
+        extras.fp32_model = fp32_model
+    if baseline is not None:
+        if isinstance(baseline, (str, os.PathLike)):
+            extras.baselines, extras.baseline_source = load_results(baseline), f"'{baseline}'"
+        else:
+            extras.baselines, extras.baseline_source = list(baseline), "the given baselines"
+    return extras if (extras.fp32_model is not None or extras.baselines is not None) else None
+
+
 def validate(
     model: Any,
     boards: Sequence[Any],
@@ -345,6 +418,7 @@ def validate(
     limit: Optional[int] = None,
     progress: Progress = None,
     parallel: bool = True,
+    baseline: Optional[Union[str, os.PathLike, Sequence[BenchResult]]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -353,7 +427,12 @@ def validate(
     (default: ``model`` itself; give the FP32 original when ``model`` is quantized or a .tflite).
     ``limit``: use at most this many samples. ``parallel``: remote boards run at the same time
     (boards on this machine, ``local`` and ``host:*``, always run one after the other so their
-    measurements do not disturb each other)."""
+    measurements do not disturb each other). ``baseline``: earlier results (a file of ``sdk bench``,
+    ``sdk push`` or ``sdk validate`` JSON, or a list of :class:`~sdk.result.BenchResult`); each board's
+    p50 is compared with the one of the same model x board x target x runtime version
+    (``latency.regression``, limit ``[budgets] max_regression_pct``, default 5 %). With
+    ``[budgets] min_speedup_vs_fp32`` the FP32 model (``reference_model``, else ``model``) is measured
+    on each board beside ``model`` (``speedup.vs_fp32``)."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -391,6 +470,7 @@ def validate(
             raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
         out_names = dict(zip(names, ref_names))
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
+    extras = _extras(spec, ref_m, baseline)
     reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
                        "model_sha256": ref_m.sha256,
                        "outputs": {k: list(v.shape) for k, v in ref_out.items()}}
@@ -400,7 +480,7 @@ def validate(
         def one(i: int) -> BoardRun:
             b = boards[i]
             return _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
-                              label=b if isinstance(b, str) else None, out_names=out_names)
+                              label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
 
         runs = _run_fleet(runners, one, parallel)
     model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from ..errors import InputError, UnknownBoardError
+
+if TYPE_CHECKING:
+    from ..result import BenchResult
 
 __all__ = ["HostRunner", "open_runner", "remote_available"]
 
@@ -119,9 +122,10 @@ class HostRunner:
 
     def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                  warmup: int = 10, data: Any = None, samples: bool = True) -> Dict[str, Any]:
-        """Latency on this host (``sdk.targets.benchmark``) in the board result layout; ``power``
-        fields are null with the reason, ``samples_ms`` holds every sample in order."""
+                  warmup: int = 10, data: Any = None, samples: bool = True, early_stop: Any = None) -> "BenchResult":
+        """Latency on this host (``sdk.targets.benchmark``): the same :class:`sdk.result.BenchResult`
+        as a board's, with ``board`` = this runner, ``device`` = host facts, and no power figures
+        (null, with the reason)."""
         from ..model import Model
         from ..targets import benchmark
 
@@ -131,15 +135,14 @@ class HostRunner:
             if s.name not in shapes and not s.is_static:
                 shapes[s.name] = s.resolve(default_dim=1)
         res = benchmark(m, target or self.target, target_options=self.options, input_shapes=shapes or None,
-                        data=data, warmup=warmup, runs=runs, min_seconds=min_seconds)
-        out = res.to_dict(samples=samples)
-        out["board"] = self.name
-        out["precision"] = precision or "fp32"
-        out["power"] = {"mean_w": None, "idle_w": None, "samples": 0, "rate_hz": None, "source": None,
-                        "reason": "no power sensor: the host runner does not measure power"}
-        out["energy_mj_per_inference"] = {"total": None, "above_idle": None}
-        out["device"] = self.check()
-        return out
+                        data=data, warmup=warmup, runs=runs, min_seconds=min_seconds, early_stop=early_stop)
+        res.board = {"name": self.name}
+        res.precision = {"requested": precision or "fp32", "applied_as_option": False,
+                         "note": "the host runner runs the model as stored"}
+        res.device = self.check()
+        if not samples:
+            res.samples_ms = []
+        return res
 
 
 def remote_available() -> bool:

@@ -39,7 +39,7 @@ def test_bench_json_file(example_model, tmp_path):
     sdk("bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "20", "--warmup", "2",
         "--min-seconds", "0", "--threads", "1", "--json", out)
     res = json.loads(out.read_text())
-    assert set(res["latency_ms"]) == {"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max"}
+    assert set(res["latency_ms"]) == {"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max", "ci95", "noise"}
     assert res["latency_ms"]["count"] >= 20 and res["throughput_ips"] > 0
     assert res["target"] == "onnxruntime" and len(res["model"]["sha256"]) == 64
     assert res["host"]["cpu"] and res["host"]["os"] and res["host"]["runtimes"]["onnxruntime"]

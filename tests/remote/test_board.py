@@ -30,10 +30,11 @@ def test_local_board_checks_and_benchmarks(local_board, conv_model):
                                 input_shapes={"x": (1, 3, 16, 16)})
         again = board.benchmark(conv_model, runs=5, min_seconds=0.05, warmup=1, idle_seconds=0,
                                 input_shapes={"x": (1, 3, 16, 16)})
-    assert first["latency_ms"]["count"] >= 5 and first["throughput_ips"] > 0
-    assert first["board"]["name"] == "local" and first["model"]["path"] == str(conv_model)
-    assert first["transfer"]["skipped"] is False and again["transfer"]["skipped"] is True
-    assert "power" in first and "energy_mj_per_inference" in first and "device" in first
+    assert first.stats.count >= 5 and first.stats.throughput_ips > 0
+    assert first.board["name"] == "local" and first.model["path"] == str(conv_model)
+    assert first.transfer["skipped"] is False and again.transfer["skipped"] is True
+    doc = first.to_dict()
+    assert "power" in doc and "energy_mj_per_inference" in doc and "device" in doc
 
 
 def test_profile_target_options_reach_the_board(client_home, tmp_path, monkeypatch, conv_model):
@@ -47,7 +48,7 @@ def test_profile_target_options_reach_the_board(client_home, tmp_path, monkeypat
     with Board("lab") as board:
         res = board.benchmark(conv_model, runs=3, min_seconds=0, warmup=0, idle_seconds=0,
                               input_shapes={"x": (1, 3, 16, 16)}, target_options={"graph_optimization": "all"})
-    assert res["runtime"]["options"]["threads"] == 1 and res["runtime"]["options"]["graph_optimization"] == "all"
+    assert res.runtime["options"]["threads"] == 1 and res.runtime["options"]["graph_optimization"] == "all"
 
 
 @needs_sshd
@@ -67,12 +68,12 @@ def test_ssh_board_benchmark_with_simulated_power(client_home, sshd, board_profi
             board.benchmark(static_conv_model, runs=5, min_seconds=0.05, warmup=1, idle_seconds=0.1)
             assert board.round_trips - trips == 2      # one to see the model is there, one to run it
     assert facts.get("l4t") or facts.get("jetpack")            # read from the simulated /etc/nv_tegra_release
-    assert result["power"]["mean_w"] > 0 and "ina3221" in str(result["power"]["source"])
-    assert result["board"] == {"name": "nx-sim", "host": "127.0.0.1", "description": "sshd on loopback (nx-sim)",
+    assert result.power.mean_w > 0 and "ina3221" in str(result.power.source)
+    assert result.board == {"name": "nx-sim", "host": "127.0.0.1", "description": "sshd on loopback (nx-sim)",
                                "hardware": {"gpu_arch": "volta-sm72", "memory_gb": None, "peak_tops": None},
                                "profile": str(tmp_path / "boards" / "nx-sim.toml")}
-    assert result["transfer"]["bytes_sent"] == static_conv_model.stat().st_size
-    assert result["model"]["remote_path"].startswith(str(tmp_path / "board-nx-sim" / "models"))
+    assert result.transfer["bytes_sent"] == static_conv_model.stat().st_size
+    assert result.model["remote_path"].startswith(str(tmp_path / "board-nx-sim" / "models"))
 
 
 @needs_sshd

@@ -18,7 +18,7 @@ def test_stats_from_samples():
     assert s.p99_ms == pytest.approx(np.percentile(samples, 99))
     assert s.throughput_ips == pytest.approx(20.0)
     d = s.to_dict()
-    assert set(d["latency_ms"]) == {"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max"}
+    assert set(d["latency_ms"]) == {"count", "mean", "std", "min", "p50", "p90", "p95", "p99", "max", "ci95", "noise"}
     assert LatencyStats.from_dict(d) == s
 
 

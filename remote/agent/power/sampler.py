@@ -130,12 +130,10 @@ def window_power(source: PowerSource, inside: List[Sample], duration_s: float) -
 
 def no_power(reason: str, tried: Optional[List[Dict[str, Any]]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The ``power`` and ``energy_mj_per_inference`` blocks when nothing was measured: every
-    figure null, with the reason. Never invented numbers."""
-    power: Dict[str, Any] = {"mean_w": None, "idle_w": None, "samples": 0, "rate_hz": None, "source": None,
-                             "rails": None, "measures": None, "note": None, "reason": reason}
-    if tried is not None:
-        power["tried"] = tried
-    return power, {"total": None, "above_idle": None, "reason": reason}
+    figure null, with the reason (:meth:`sdk.result.Power.unmeasured`, the one definition)."""
+    from ....result import Energy, Power
+
+    return Power.unmeasured(reason, tried).to_dict(), Energy.unmeasured(reason).to_dict()
 
 
 def power_report(sampler: PowerSampler, run_window: Tuple[float, float], idle_window: Optional[Tuple[float, float]],

@@ -1,0 +1,195 @@
+"""Compare two measurements: is B significantly slower than A?
+
+::
+
+    from sdk.compare import compare_results, load_result
+    cmp = compare_results(load_result("a.json"), load_result("b.json"), threshold_pct=5)
+    for c in cmp.changes:
+        print(c.stat, c.change_pct, c.change_ci_pct, c.verdict)
+    raise SystemExit(cmp.exit_code)           # 1 when B is a regression
+
+A statistic regressed when both runs have its 95% interval, the intervals do not overlap, and B is
+more than ``threshold_pct`` slower. Only the statistics in ``decide_on`` (default the p50) decide:
+the median's interval is narrow and steady on a shared machine, while a p99 moves with whatever
+else runs there; the others are reported beside it. The change's own interval is the widest one the
+two intervals allow: ``[(b_lo - a_hi) / a, (b_hi - a_lo) / a]``.
+
+Baselines (``sdk validate --baseline FILE``) are earlier results looked up by
+:attr:`sdk.result.BenchResult.key` (model sha256 x board x target x runtime version).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from .errors import InputError, ResultFormatError
+from .result import BenchResult, Interval
+
+__all__ = ["StatChange", "Comparison", "compare_results", "load_results", "load_result", "find_baseline",
+           "DEFAULT_THRESHOLD_PCT", "COMPARED_STATS"]
+
+DEFAULT_THRESHOLD_PCT = 5.0
+COMPARED_STATS = ("p50", "p90", "p99", "mean")
+SLOWER, FASTER, SAME, UNCERTAIN = "slower", "faster", "same", "uncertain"
+
+
+@dataclass(frozen=True)
+class StatChange:
+    """One statistic of A and B (ms) with their 95% intervals; ``change_pct`` = (B - A) / A;
+    ``change_ci_pct`` the interval of the change; ``verdict`` slower / faster (intervals apart
+    and beyond the threshold), same, or uncertain (an interval is missing: too few runs)."""
+
+    stat: str
+    a_ms: float
+    b_ms: float
+    a_ci: Optional[Interval]
+    b_ci: Optional[Interval]
+    change_pct: float
+    change_ci_pct: Optional[Interval]
+    overlap: Optional[bool]
+    verdict: str
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"stat": self.stat, "a_ms": self.a_ms, "b_ms": self.b_ms,
+                "a_ci95": list(self.a_ci) if self.a_ci else None, "b_ci95": list(self.b_ci) if self.b_ci else None,
+                "change_pct": self.change_pct,
+                "change_ci95_pct": list(self.change_ci_pct) if self.change_ci_pct else None,
+                "intervals_overlap": self.overlap, "verdict": self.verdict}
+
+
+def _change(stat: str, a: BenchResult, b: BenchResult, threshold_pct: float) -> StatChange:
+    va, vb = a.stats.value(stat), b.stats.value(stat)
+    ca, cb = a.stats.ci(stat), b.stats.ci(stat)
+    change = (vb - va) / va * 100.0 if va > 0 else 0.0
+    if ca is None or cb is None or va <= 0:
+        return StatChange(stat, va, vb, ca, cb, change, None, None, UNCERTAIN if stat != "mean" else SAME)
+    overlap = not (cb[0] > ca[1] or cb[1] < ca[0])
+    interval = ((cb[0] - ca[1]) / va * 100.0, (cb[1] - ca[0]) / va * 100.0)
+    verdict = SAME
+    if not overlap and change > threshold_pct:
+        verdict = SLOWER
+    elif not overlap and change < -threshold_pct:
+        verdict = FASTER
+    return StatChange(stat, va, vb, ca, cb, change, interval, overlap, verdict)
+
+
+@dataclass
+class Comparison:
+    """A vs B: one :class:`StatChange` per statistic, the throughput change, and ``regression``:
+    a statistic in ``decide_on`` is significantly slower in B. ``warnings``: what makes the
+    comparison weaker (an unstable run, different models, targets or boards)."""
+
+    a: BenchResult
+    b: BenchResult
+    threshold_pct: float
+    decide_on: Tuple[str, ...]
+    changes: List[StatChange]
+    throughput_change_pct: Optional[float]
+    warnings: List[str] = field(default_factory=list)
+
+    @property
+    def regression(self) -> bool:
+        return any(c.verdict == SLOWER for c in self.changes if c.stat in self.decide_on)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regression else 0
+
+    def change(self, stat: str) -> StatChange:
+        for c in self.changes:
+            if c.stat == stat:
+                return c
+        raise KeyError(stat)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"regression": self.regression, "threshold_pct": self.threshold_pct, "decide_on": list(self.decide_on),
+                "changes": [c.to_dict() for c in self.changes], "throughput_change_pct": self.throughput_change_pct,
+                "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b)}
+
+
+def _identity(r: BenchResult) -> Dict[str, Any]:
+    return {"model_sha256": r.model.get("sha256"), "board": r.board_name, "target": r.target,
+            "runtime_version": r.runtime_version, "count": r.stats.count}
+
+
+def _warnings(a: BenchResult, b: BenchResult) -> List[str]:
+    out = []
+    for label, r in (("A", a), ("B", b)):
+        if r.stats.noise is not None and r.stats.noise.unstable:
+            out.append(f"{label} was unstable: " + "; ".join(r.stats.noise.warnings))
+    ka, kb = a.key, b.key
+    for i, what in enumerate(("model", "board", "target", "runtime version")):
+        if ka[i] != kb[i]:
+            out.append(f"A and B differ in {what}: {ka[i] or '?'} vs {kb[i] or '?'}")
+    return out
+
+
+def compare_results(a: BenchResult, b: BenchResult, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                    decide_on: Sequence[str] = ("p50",)) -> Comparison:
+    """Compare B with A (see the module docstring). ``decide_on``: statistics with intervals
+    (``p50``, ``p90``, ``p99``) whose significant slowdown is a regression."""
+    if threshold_pct < 0:
+        raise InputError(f"the threshold must be >= 0 %, not {threshold_pct}")
+    bad = [s for s in decide_on if s not in ("p50", "p90", "p99")]
+    if bad or not decide_on:
+        raise InputError(f"cannot decide on '{(bad or [''])[0]}'", "use p50, p90 or p99 (they have intervals)")
+    changes = [_change(s, a, b, threshold_pct) for s in COMPARED_STATS]
+    ta, tb = a.stats.throughput_ips, b.stats.throughput_ips
+    tput = (tb - ta) / ta * 100.0 if ta > 0 else None
+    return Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, _warnings(a, b))
+
+
+# -- files ----------------------------------------------------------------------------------------------
+def _results_in(doc: Any, source: str) -> List[BenchResult]:
+    if isinstance(doc, list):  # sdk push --json: one entry per board (failed boards carry "error")
+        return [r for i, item in enumerate(doc) if not (isinstance(item, dict) and "error" in item and
+                                                        "latency_ms" not in item)
+                for r in _results_in(item, f"{source}[{i}]")]
+    if isinstance(doc, dict) and isinstance(doc.get("boards"), list) and "latency_ms" not in doc:  # sdk validate --json
+        out = []
+        for b in doc["boards"]:
+            if isinstance(b, dict) and b.get("benchmark"):
+                res = BenchResult.from_dict(b["benchmark"], f"{source} board '{b.get('board')}'")
+                if res.board is None:
+                    res.board = {"name": b.get("board")}
+                out.append(res)
+        return out
+    return [BenchResult.from_dict(doc, source)]
+
+
+def load_results(path: Union[str, "os.PathLike[str]"]) -> List[BenchResult]:
+    """Every bench result in a file: ``sdk bench --json`` (one), ``sdk push --json`` (one per
+    board) or ``sdk validate --json`` (each board's benchmark)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"result file '{p}' does not exist")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ResultFormatError(f"'{p}' is not valid JSON: {exc}", "give the --json output of sdk bench, "
+                                                                    "sdk push or sdk validate") from exc
+    return _results_in(doc, f"'{p}'")
+
+
+def load_result(path: Union[str, "os.PathLike[str]"], board: Optional[str] = None) -> BenchResult:
+    """The one result in ``path`` (with ``board``: that board's)."""
+    results = load_results(path)
+    if board is not None:
+        results = [r for r in results if r.board_name == board]
+    if len(results) != 1:
+        names = ", ".join(str(r.board_name) for r in load_results(path))
+        what = f"no result of board '{board}'" if board is not None and not results else \
+            f"{len(results)} results"
+        raise InputError(f"'{path}' holds {what}", f"pick one with --board (boards: {names or 'none'})")
+    return results[0]
+
+
+def find_baseline(baselines: Sequence[BenchResult], current: BenchResult) -> Optional[BenchResult]:
+    """The stored result for the same model x board x target x runtime version, or None."""
+    for r in baselines:
+        if r.key == current.key:
+            return r
+    return None
