@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sdk.result import BenchResult
 from sdk.remote.agent import build_zipapp
 from sdk.remote.agent.power.simulate import SimulatedBoard
 
@@ -51,11 +52,11 @@ def main() -> None:
         with SimulatedBoard(Path(tmp) / "board", "jetson-jp5"):
             for _ in range(args.rounds):
                 for side, req in sides.items():
-                    r = bench(pyz, req)
-                    p50[side].append(r["latency_ms"]["p50"])
-                    mean[side].append(r["latency_ms"]["mean"])
+                    r = BenchResult.from_dict(bench(pyz, req), "the agent")
+                    p50[side].append(r.stats.p50_ms)
+                    mean[side].append(r.stats.mean_ms)
                     if side == "on":
-                        samples.append(r["power"]["samples"])
+                        samples.append(r.power.samples)
     med = {k: statistics.median(v) for k, v in p50.items()}
     medm = {k: statistics.median(v) for k, v in mean.items()}
     print(f"p50 latency   off {med['off'] * 1e3:.1f} us   on {med['on'] * 1e3:.1f} us   "

@@ -7,15 +7,16 @@ Runs on the board too: Python 3.8, NumPy only.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .errors import InputError
 from .result import LatencyStats
 from .stats import min_runs_for, quantile_ci
 
-__all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop"]
+__all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop", "cpu_schedstat", "cpu_wait_pct"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,36 @@ class EarlyStop:
             return False
         centre = ordered[min(len(ordered) - 1, int(len(ordered) * self.percentile / 100.0))]
         return centre > 0 and (ci[1] - ci[0]) / centre * 100.0 <= self.max_ci_width_pct
+
+
+def cpu_schedstat() -> Optional[Tuple[int, int]]:
+    """``(ns on a CPU, ns runnable but waiting for one)`` summed over this process's threads
+    (Linux ``/proc/self/task/*/schedstat``); None where the kernel does not say."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    run = wait = 0
+    for tid in tasks:
+        try:
+            with open("/proc/self/task/%s/schedstat" % tid) as f:
+                fields = f.read().split()
+            run += int(fields[0])
+            wait += int(fields[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return (run, wait) if run else None
+
+
+def cpu_wait_pct(before: Optional[Tuple[int, int]], after: Optional[Tuple[int, int]]) -> Optional[float]:
+    """Of the time this process's threads were runnable between two :func:`cpu_schedstat`
+    readings, the % they waited for a CPU: other load on the machine took it (about 0 when quiet)."""
+    if before is None or after is None:
+        return None
+    run, wait = after[0] - before[0], after[1] - before[1]
+    if run <= 0 or wait < 0:
+        return None
+    return 100.0 * wait / (run + wait)
 
 
 @dataclass
@@ -85,6 +116,7 @@ def measure_latency(
     perf = time.perf_counter
     samples: List[float] = []
     append = samples.append
+    sched0 = cpu_schedstat()
     begin_mono = time.monotonic()
     begin = perf()
     deadline = begin + min_seconds
@@ -109,5 +141,5 @@ def measure_latency(
             break
     end = perf()
     end_mono = begin_mono + (end - begin)
-    stats = LatencyStats.from_samples(samples, wall_s=end - begin)
+    stats = LatencyStats.from_samples(samples, wall_s=end - begin, cpu_wait_pct=cpu_wait_pct(sched0, cpu_schedstat()))
     return LatencyRun(stats=stats, samples_ms=samples, begin_s=begin_mono, end_s=end_mono, warmup=warmup)

@@ -9,7 +9,9 @@
     raise SystemExit(cmp.exit_code)           # 1 when B is a regression
 
 A statistic regressed when both runs have its 95% interval, the intervals do not overlap, and B is
-more than ``threshold_pct`` slower. Only the statistics in ``decide_on`` (default the p50) decide:
+more than ``threshold_pct`` slower. A run whose threads waited for a CPU held by other processes
+(``latency_ms.noise.contended``, Linux schedstat) measured the machine's load, not the model: a
+comparison with such a run is ``inconclusive`` and calls nothing a regression (rerun it quiet). Only the statistics in ``decide_on`` (default the p50) decide:
 the median's interval is narrow and steady on a shared machine, while a p99 moves with whatever
 else runs there; the others are reported beside it. The change's own interval is the widest one the
 two intervals allow: ``[(b_lo - a_hi) / a, (b_hi - a_lo) / a]``.
@@ -91,8 +93,20 @@ class Comparison:
     warnings: List[str] = field(default_factory=list)
 
     @property
+    def contended(self) -> List[str]:
+        """``["A", "B"]``: the runs measured while other processes held the CPUs."""
+        return [label for label, r in (("A", self.a), ("B", self.b))
+                if r.stats.noise is not None and r.stats.noise.contended]
+
+    @property
+    def inconclusive(self) -> bool:
+        """A run was contended: its figures cannot be signed either way."""
+        return bool(self.contended)
+
+    @property
     def regression(self) -> bool:
-        return any(c.verdict == SLOWER for c in self.changes if c.stat in self.decide_on)
+        """A decisive statistic is significantly slower in B, and neither run was contended."""
+        return not self.inconclusive and any(c.verdict == SLOWER for c in self.changes if c.stat in self.decide_on)
 
     @property
     def exit_code(self) -> int:
@@ -105,7 +119,8 @@ class Comparison:
         raise KeyError(stat)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"regression": self.regression, "threshold_pct": self.threshold_pct, "decide_on": list(self.decide_on),
+        return {"regression": self.regression, "inconclusive": self.inconclusive, "contended": self.contended,
+                "threshold_pct": self.threshold_pct, "decide_on": list(self.decide_on),
                 "changes": [c.to_dict() for c in self.changes], "throughput_change_pct": self.throughput_change_pct,
                 "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b)}
 

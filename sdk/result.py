@@ -97,7 +97,9 @@ def _interval(value: Any, reader: _Reader, path: str) -> Optional[Interval]:
 @dataclass(frozen=True)
 class Noise:
     """Whether a run was stable: ``cv`` (std / mean), ``drift_pct`` (median of the second half
-    vs the first, % of the p50), ``p50_ci_width_pct``; ``unstable`` when any passes its limit
+    vs the first, % of the p50), ``p50_ci_width_pct``, ``cpu_wait_pct`` (share of the runnable
+    time the threads waited for a CPU held by other processes; None where the OS does not say)
+    and ``contended`` (that share passed its limit); ``unstable`` when any passes its limit
     (:data:`sdk.stats.NOISE_LIMITS`), with one ``warnings`` line each."""
 
     cv: float
@@ -105,9 +107,12 @@ class Noise:
     p50_ci_width_pct: Optional[float]
     unstable: bool
     warnings: Tuple[str, ...] = ()
+    cpu_wait_pct: Optional[float] = None
+    contended: bool = False
 
     def to_dict(self) -> Dict[str, Any]:
         return {"cv": self.cv, "drift_pct": self.drift_pct, "p50_ci_width_pct": self.p50_ci_width_pct,
+                "cpu_wait_pct": self.cpu_wait_pct, "contended": self.contended,
                 "unstable": self.unstable, "warnings": list(self.warnings)}
 
     @classmethod
@@ -119,7 +124,9 @@ class Noise:
         return cls(cv=float(reader.num(d, "cv", "latency_ms.noise") or 0.0),
                    drift_pct=reader.num(d, "drift_pct", "latency_ms.noise", nullable=True),
                    p50_ci_width_pct=reader.num(d, "p50_ci_width_pct", "latency_ms.noise", nullable=True),
-                   unstable=bool(d.get("unstable")), warnings=tuple(str(w) for w in warnings))
+                   unstable=bool(d.get("unstable")), warnings=tuple(str(w) for w in warnings),
+                   cpu_wait_pct=reader.num(d, "cpu_wait_pct", "latency_ms.noise", nullable=True)
+                   if "cpu_wait_pct" in d else None, contended=bool(d.get("contended")))
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,11 @@ class LatencyStats:
     noise: Optional[Noise] = field(default=None, compare=False)
 
     @classmethod
-    def from_samples(cls, samples_ms: Sequence[float], wall_s: Optional[float] = None) -> "LatencyStats":
+    def from_samples(cls, samples_ms: Sequence[float], wall_s: Optional[float] = None,
+                     cpu_wait_pct: Optional[float] = None) -> "LatencyStats":
         """Statistics of ``samples_ms`` (in run order). ``wall_s`` is the measured window's
-        duration; without it throughput is ``count / sum(samples)``. Percentiles interpolate
+        duration; without it throughput is ``count / sum(samples)``. ``cpu_wait_pct``: the CPU
+        wait share over the window (:func:`sdk.bench.cpu_wait_pct`). Percentiles interpolate
         linearly; intervals are order-statistic intervals (:mod:`sdk.stats`)."""
         values = [float(v) for v in samples_ms]
         n = len(values)
@@ -157,7 +166,7 @@ class LatencyStats:
         total_s = float(wall_s) if wall_s else math.fsum(values) / 1e3
         ci = {"p%g" % p: quantile_ci(ordered, p) for p in CI_PERCENTILES}
         p50 = percentile(ordered, 50.0)
-        noise = noise_report(values, mean, std, p50, ci["p50"])
+        noise = noise_report(values, mean, std, p50, ci["p50"], cpu_wait_pct)
         return cls(count=n, mean_ms=mean, std_ms=std, min_ms=ordered[0], p50_ms=p50,
                    p90_ms=percentile(ordered, 90.0), p95_ms=percentile(ordered, 95.0),
                    p99_ms=percentile(ordered, 99.0), max_ms=ordered[-1],
@@ -165,7 +174,9 @@ class LatencyStats:
                    noise=Noise(cv=float(noise["cv"]), drift_pct=noise["drift_pct"],  # type: ignore[arg-type]
                                p50_ci_width_pct=noise["p50_ci_width_pct"],  # type: ignore[arg-type]
                                unstable=bool(noise["unstable"]),
-                               warnings=tuple(noise["warnings"])))  # type: ignore[arg-type]
+                               warnings=tuple(noise["warnings"]),  # type: ignore[arg-type]
+                               cpu_wait_pct=noise["cpu_wait_pct"],  # type: ignore[arg-type]
+                               contended=bool(noise["contended"])))
 
     def value(self, stat: str) -> float:
         """A statistic by its JSON name (``"p50"``, ``"mean"``, ...), in ms."""
@@ -180,8 +191,8 @@ class LatencyStats:
     def latency_dict(self) -> Dict[str, Any]:
         """The ``latency_ms`` block of result JSON."""
         out: Dict[str, Any] = {k: (self.count if k == "count" else getattr(self, k + "_ms")) for k in _LAT_KEYS}
-        out["ci95"] = {"p%g" % p: (list(self.ci95["p%g" % p]) if self.ci95.get("p%g" % p) else None)
-                       for p in CI_PERCENTILES}
+        out["ci95"] = {key: (list(ci) if ci is not None else None)
+                       for key, ci in (("p%g" % p, self.ci95.get("p%g" % p)) for p in CI_PERCENTILES)}
         out["noise"] = self.noise.to_dict() if self.noise is not None else None
         return out
 

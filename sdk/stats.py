@@ -25,7 +25,9 @@ CONFIDENCE = 0.95
 #: A run is called unstable past any of these: coefficient of variation (std / mean), drift of the
 #: median between the first and second half of the run (% of the median), and the width of the
 #: p50's 95% interval (% of the p50).
-NOISE_LIMITS = {"cv": 0.25, "drift_pct": 5.0, "p50_ci_width_pct": 5.0}
+#: ``cpu_wait_pct``: of the time the process's threads were runnable, the share they waited for a
+#: CPU that other processes held (Linux schedstat); past it the run measured the machine's load.
+NOISE_LIMITS = {"cv": 0.25, "drift_pct": 5.0, "p50_ci_width_pct": 5.0, "cpu_wait_pct": 10.0}
 
 
 def percentile(sorted_ms: Sequence[float], pct: float) -> float:
@@ -97,10 +99,16 @@ def _median(values: Sequence[float]) -> float:
 
 
 def noise_report(samples_ms: Sequence[float], mean_ms: float, std_ms: float, p50_ms: float,
-                 p50_ci: Optional[Tuple[float, float]]) -> Dict[str, object]:
-    """``{cv, drift_pct, p50_ci_width_pct, unstable, warnings}`` for samples in run order; each
-    figure past :data:`NOISE_LIMITS` adds a warning that says what to do."""
+                 p50_ci: Optional[Tuple[float, float]], cpu_wait_pct: Optional[float] = None) -> Dict[str, object]:
+    """``{cv, drift_pct, p50_ci_width_pct, cpu_wait_pct, contended, unstable, warnings}`` for
+    samples in run order; each figure past :data:`NOISE_LIMITS` adds a warning that says what to
+    do. ``contended``: the CPU wait share says other load disturbed the run."""
     warnings: List[str] = []
+    contended = cpu_wait_pct is not None and cpu_wait_pct > NOISE_LIMITS["cpu_wait_pct"]
+    if cpu_wait_pct is not None and contended:
+        warnings.append("the benchmark's threads waited for a CPU %.0f%% of the time they were runnable (limit %.0f%%): "
+                        "other processes held the CPUs, so the figures measure the machine's load, not the model"
+                        % (cpu_wait_pct, NOISE_LIMITS["cpu_wait_pct"]))
     cv = std_ms / mean_ms if mean_ms > 0 else 0.0
     n = len(samples_ms)
     drift = None
@@ -120,4 +128,5 @@ def noise_report(samples_ms: Sequence[float], mean_ms: float, std_ms: float, p50
         warnings.append("too few runs for a p50 interval (need %d)" % min_runs_for(50.0))
     return {"cv": round(cv, 6), "drift_pct": None if drift is None else round(drift, 4),
             "p50_ci_width_pct": None if width is None else round(width, 4),
+            "cpu_wait_pct": None if cpu_wait_pct is None else round(cpu_wait_pct, 3), "contended": contended,
             "unstable": bool(warnings), "warnings": warnings}

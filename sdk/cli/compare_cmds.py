@@ -59,7 +59,10 @@ def _print(cmp: Any, a: str, b: str) -> None:
     for w in cmp.warnings:
         c.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
     on = ", ".join(cmp.decide_on)
-    if cmp.regression:
+    if cmp.inconclusive:
+        c.print(f"[yellow]INCONCLUSIVE[/yellow]: {' and '.join(cmp.contended)} ran while other processes held the "
+                "CPUs: no regression can be called; rerun on a quiet machine", soft_wrap=True)
+    elif cmp.regression:
         c.print(f"[red]REGRESSION[/red]: B is significantly slower on {on} (intervals apart, beyond "
                 f"{cmp.threshold_pct:g} %)", soft_wrap=True)
     else:

@@ -121,6 +121,9 @@ def _energy(run, spec, limit):
     return _cmp(None if run.bench is None else run.bench.energy.total_mj, limit, "<=", _power_reason(run))
 
 
+_RUN_NAMES = {"A": "the baseline", "B": "this run"}
+
+
 def _baseline_default(run: Any) -> Optional[float]:
     from ..compare import DEFAULT_THRESHOLD_PCT
 
@@ -138,9 +141,13 @@ def _regression(run, spec, limit):
         return SKIP, None, "no latency result"
     if run.baseline is None:
         return SKIP, None, run.baseline_note or "no baseline given (--baseline FILE)"
-    c = compare_results(run.baseline, run.bench, threshold_pct=float(limit)).change("p50")
+    cmp = compare_results(run.baseline, run.bench, threshold_pct=float(limit))
+    c = cmp.change("p50")
     ci = "" if c.change_ci_pct is None else f" (95% interval {c.change_ci_pct[0]:+.1f}..{c.change_ci_pct[1]:+.1f} %)"
     where = f"p50 {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
+    if cmp.inconclusive:
+        return SKIP, round(c.change_pct, 3), (f"{where}: inconclusive, {' and '.join(_RUN_NAMES[x] for x in cmp.contended)} "
+                                              "ran while other processes held the CPUs")
     if c.verdict == SLOWER:
         return FAIL, round(c.change_pct, 3), f"{where}, intervals do not overlap"
     why = "within the intervals" if c.overlap else ("too few runs for intervals" if c.overlap is None else

@@ -128,3 +128,19 @@ def test_early_stop_waits_for_the_tail_percentile():
                           min_seconds=0, max_runs=500, early_stop=EarlyStop(99.0, max_ci_width_pct=0.001))
     assert run.stats.count == 500
     assert EarlyStop(90.0).satisfied([1.0] * 36) and not EarlyStop(90.0).satisfied([1.0] * 35)
+
+
+def test_bench_cli_early_stop_and_intervals(example_model, capsys):
+    from clirun import run_cli
+
+    code, out, err = run_cli(["bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "5", "--warmup", "1",
+                              "--min-seconds", "0", "--early-stop", "90", "--json", "-"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["latency_ms"]["count"] >= 36 and doc["latency_ms"]["ci95"]["p90"] is not None
+    assert doc["settings"]["early_stop"] == {"percentile": 90.0, "max_ci_width_pct": None, "min_runs": 36}
+    code, out, err = run_cli(["bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "5", "--warmup", "1",
+                              "--min-seconds", "0"], capsys)
+    assert code == 0 and "95% CI" in out and "n/a (< 368 runs)" in out
+    code, _, err = run_cli(["bench", example_model, "--max-ci-width", "2"], capsys)
+    assert code == 2 and err.startswith("error: --max-ci-width needs --early-stop")
