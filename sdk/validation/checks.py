@@ -162,8 +162,14 @@ def _speedup(run, spec, limit):
     if speedup is None:
         return SKIP, None, "the FP32 model was not measured"
     fp32, mine = run.bench_fp32.stats.p50_ms, run.bench.stats.p50_ms
+    where = f"p50 {mine:.4g} ms vs FP32 {fp32:.4g} ms"
+    busy = [name for name, r in (("this model", run.bench), ("the FP32 model", run.bench_fp32))
+            if r.stats.noise is not None and r.stats.noise.contended]
+    if busy:
+        return SKIP, round(speedup, 4), (f"{where}: inconclusive, {' and '.join(busy)} ran while other processes "
+                                         "held the CPUs")
     verdict, measured, _ = _cmp(round(speedup, 4), limit, ">=", "")
-    return verdict, measured, f"p50 {mine:.4g} ms vs FP32 {fp32:.4g} ms"
+    return verdict, measured, where
 
 
 @register_check("accuracy.top1_drop", "budgets", "max_top1_drop", "infer", "", "<=")
