@@ -139,6 +139,10 @@ def _warnings(a: BenchResult, b: BenchResult) -> List[str]:
     for i, what in enumerate(("model", "board", "target", "runtime version")):
         if ka[i] != kb[i]:
             out.append(f"A and B differ in {what}: {ka[i] or '?'} vs {kb[i] or '?'}")
+    oa, ob = a.runtime.get("options") or {}, b.runtime.get("options") or {}
+    changed = sorted(k for k in set(oa) | set(ob) if oa.get(k) != ob.get(k))
+    if changed:
+        out.append("A and B ran with other options: " + ", ".join(f"{k} {oa.get(k)} vs {ob.get(k)}" for k in changed))
     return out
 
 

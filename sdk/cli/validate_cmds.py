@@ -73,7 +73,7 @@ def _num(v, fmt="{:.3g}") -> str:
 def _print_summary(result) -> None:
     from rich.table import Table
 
-    from ._common import console, fmt_ms
+    from ._common import console, fmt_ms, noise_lines
 
     c = console()
     t = Table(title=f"validate {result.model.get('name')}")
@@ -91,6 +91,8 @@ def _print_summary(result) -> None:
 
         Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
     for b in result.boards:
+        for line in noise_lines(b.board, b.bench) if b.bench is not None else ():
+            c.print(line, markup=False, highlight=False, soft_wrap=True)
         if b.error:
             c.print(f"[red]FAIL[/red] {b.board}: the board failed during {b.failed_stage}: {b.error}",
                     markup=True, highlight=False, soft_wrap=True)
