@@ -48,11 +48,20 @@ def _print(cmp: Any, a: str, b: str) -> None:
         interval = "-" if ch.change_ci_pct is None else f"[{ch.change_ci_pct[0]:+.1f}, {ch.change_ci_pct[1]:+.1f}] %"
         color = {"slower": "red", "faster": "green"}.get(ch.verdict, "")
         verdict = f"[{color}]{ch.verdict}[/{color}]" if color else ch.verdict
-        if ch.stat not in cmp.decide_on:
+        if ch.stat == "mean":
+            verdict = "- (no interval)"
+        elif ch.stat not in cmp.decide_on:
             verdict += " (info)"
+        elif cmp.inconclusive:
+            verdict += " (contended)"
         t.add_row(ch.stat, fmt_ms(ch.a_ms), fmt_ci(ch.a_ci, ch.stat) if ch.stat != "mean" else "-", fmt_ms(ch.b_ms),
                   fmt_ci(ch.b_ci, ch.stat) if ch.stat != "mean" else "-", f"{ch.change_pct:+.1f} %", interval, verdict)
-    c.print(t)
+    if c.is_terminal:
+        c.print(t)
+    else:  # piped or in CI: do not squeeze the table into 80 columns
+        from rich.console import Console
+
+        Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
     if cmp.throughput_change_pct is not None:
         c.print(f"throughput: {cmp.a.stats.throughput_ips:.1f} -> {cmp.b.stats.throughput_ips:.1f} inf/s "
                 f"({cmp.throughput_change_pct:+.1f} %)")
