@@ -392,12 +392,7 @@ class BenchResult:
         target = d.get("target")
         if not isinstance(target, str) or not target:
             raise r.fail("target is %r, expected the target's name" % (target,))
-        samples = d.get("samples_ms") or []
-        if not isinstance(samples, list):
-            raise r.fail("samples_ms must be a list of numbers")
-        inputs = d.get("inputs") or []
-        if not isinstance(inputs, list):
-            raise r.fail("inputs must be a list")
+        samples, inputs = _list(d, "samples_ms", r), _list(d, "inputs", r)
         kw: Dict[str, Any] = {}
         for key, (_encode, decode) in OPTIONAL_SECTIONS.items():
             if d.get(key) is not None:
@@ -414,6 +409,13 @@ class BenchResult:
     def from_json(cls, text: str, source: str = "result") -> "BenchResult":
         """Parse JSON text (e.g. what a board printed); invalid JSON is a :class:`ResultFormatError`."""
         return cls.from_dict(load_result_json(text, source), source)
+
+
+def _list(data: Mapping[str, Any], key: str, reader: _Reader) -> List[Any]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise reader.fail("%s must be a list, not %s" % (key, type(value).__name__))
+    return value
 
 
 def load_result_json(text: str, source: str) -> Any:
