@@ -144,3 +144,24 @@ def test_bench_cli_early_stop_and_intervals(example_model, capsys):
     assert code == 0 and "95% CI" in out and "n/a (< 368 runs)" in out
     code, _, err = run_cli(["bench", example_model, "--max-ci-width", "2"], capsys)
     assert code == 2 and err.startswith("error: --max-ci-width needs --early-stop")
+
+
+def test_every_optional_section_is_a_field_and_in_the_schema():
+    """What adding a section (stages_ms, telemetry, ...) takes: a BenchResult field defaulting to
+    None, an OPTIONAL_SECTIONS entry, a schema property. Absent while None, read back when present."""
+    import dataclasses
+
+    from sdk.result import OPTIONAL_SECTIONS
+
+    schema = json.loads(Path(schema_path()).read_text())
+    fields = {f.name: f for f in dataclasses.fields(BenchResult)}
+    stats = LatencyStats.from_samples([1.0, 2.0, 3.0])
+    bare = BenchResult(stats=stats, target="t", runtime={}, model={"path": None, "sha256": "0" * 64}, host={},
+                       inputs=[], settings={"warmup": 0, "min_runs": 1, "min_seconds": 0})
+    for key in OPTIONAL_SECTIONS:
+        assert key in fields and fields[key].default is None, key
+        assert key in schema["properties"], key
+        assert key not in bare.to_dict()
+    full = dataclasses.replace(bare, board={"name": "b"}, transfer={"skipped": True})
+    again = BenchResult.from_dict(full.to_dict())
+    assert again.board == {"name": "b"} and again.transfer == {"skipped": True} and again.device is None
