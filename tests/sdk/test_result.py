@@ -165,3 +165,27 @@ def test_every_optional_section_is_a_field_and_in_the_schema():
     full = dataclasses.replace(bare, board={"name": "b"}, transfer={"skipped": True})
     again = BenchResult.from_dict(full.to_dict())
     assert again.board == {"name": "b"} and again.transfer == {"skipped": True} and again.device is None
+
+
+def test_result_module_runs_on_python38_without_numpy(tmp_path):
+    """The board agent bundles sdk.result and sdk.stats: a bare Python 3.8 (no NumPy) reads and
+    writes results and computes intervals with them."""
+    import os
+    import shutil
+    import subprocess
+
+    py38 = os.environ.get("EDGESDK_TEST_PY38") or shutil.which("python3.8")
+    probe = subprocess.run([py38, "-c", "pass"], capture_output=True, timeout=60) if py38 else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no Python 3.8 runs here (set EDGESDK_TEST_PY38 to one)")
+    root = Path(__file__).resolve().parents[2]
+    code = ("import json, sys\nfrom sdk.result import BenchResult, LatencyStats\n"
+            "s = LatencyStats.from_samples([1.0 + (i % 7) * 0.01 for i in range(400)])\n"
+            "r = BenchResult(stats=s, target='t', runtime={}, model={'path': None, 'sha256': '0' * 64}, host={},\n"
+            "                inputs=[], settings={'warmup': 0, 'min_runs': 1, 'min_seconds': 0})\n"
+            "d = BenchResult.from_dict(json.loads(json.dumps(r.to_dict()))).to_dict()\n"
+            "print(json.dumps([sys.version_info[:2], d['latency_ms']['ci95']['p99'], 'numpy' in sys.modules]))\n")
+    out = subprocess.run([py38, "-c", code], cwd=str(root), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    version, p99_ci, numpy_loaded = json.loads(out.stdout)
+    assert version == [3, 8] and p99_ci is not None and numpy_loaded is False
