@@ -107,7 +107,7 @@ def noise_report(samples_ms: Sequence[float], mean_ms: float, std_ms: float, p50
     contended = cpu_wait_pct is not None and cpu_wait_pct > NOISE_LIMITS["cpu_wait_pct"]
     if cpu_wait_pct is not None and contended:
         warnings.append("the benchmark's threads waited for a CPU %.0f%% of the time they were runnable (limit %.0f%%): "
-                        "other processes held the CPUs, so the figures measure the machine's load, not the model"
+                        "other processes (or more threads than CPUs) held the CPUs, so the figures measure the load, not the model"
                         % (cpu_wait_pct, NOISE_LIMITS["cpu_wait_pct"]))
     cv = std_ms / mean_ms if mean_ms > 0 else 0.0
     n = len(samples_ms)
