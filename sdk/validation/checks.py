@@ -150,8 +150,12 @@ def _regression(run, spec, limit):
                                               "ran while other processes held the CPUs")
     if c.verdict == SLOWER:
         return FAIL, round(c.change_pct, 3), f"{where}, intervals do not overlap"
-    why = "within the intervals" if c.overlap else ("too few runs for intervals" if c.overlap is None else
-                                                     "a change within the limit")
+    if c.overlap is None:
+        why = "too few runs for intervals"
+    elif c.overlap:
+        why = "within the intervals"
+    else:
+        why = "faster than the baseline" if c.change_pct < 0 else "a change within the limit"
     return PASS, round(c.change_pct, 3), f"{where}: {why}"
 
 
