@@ -103,8 +103,11 @@ def test_baseline_is_looked_up_per_model_board_and_runtime(example_model, exampl
     assert _checks(json.loads(first.read_text()))["latency.regression"]["verdict"] == "skip"
     second = tmp_path / "second.json"
     code, _, err = run_cli(["validate", example_model, "-b", BOARD, "--data", example_eval, "--spec", spec,
-                            "--baseline", first, "--json", second, "-q"], capsys)
+                            "--baseline", first, "--json", second, "--report", tmp_path / "r.html", "-q"], capsys)
     chk = _checks(json.loads(second.read_text()))["latency.regression"]
+    assert json.loads(second.read_text())["boards"][0]["baseline"]["model"]["sha256"] == \
+        json.loads(first.read_text())["boards"][0]["benchmark"]["model"]["sha256"]
+    assert "<td>baseline</td>" in (tmp_path / "r.html").read_text()
     assert chk["verdict"] in ("pass", "skip") and "vs baseline" in chk["reason"], chk   # skip: a contended run
     if chk["verdict"] == "skip":
         assert "inconclusive" in chk["reason"]
