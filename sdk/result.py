@@ -11,7 +11,8 @@ JSON layout (every figure's unit is in its name)::
     schema_version   1
     latency_ms       {count, mean, std, min, p50, p90, p95, p99, max,
                       ci95: {p50: [lo, hi] | null, p90: ..., p99: ...},
-                      noise: {cv, drift_pct, p50_ci_width_pct, unstable, warnings: [...]}}
+                      noise: {cv, drift_pct, p50_ci_width_pct, cpu_wait_pct, contended, unstable,
+                              warnings: [...]}}
     throughput_ips   inferences/s over the measured window
     target, runtime  target name; its facts (version, options, build metadata)
     precision        {requested, applied_as_option, note?} or absent
