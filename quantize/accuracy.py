@@ -12,7 +12,6 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from ..errors import QuantizationError, first_line
-from ..metrics import compare_outputs
 
 __all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", "Budget"]
 
@@ -143,8 +142,3 @@ def layer_sensitivity(build: Callable[[Sequence[str]], Any], layers: Sequence[st
             progress(i + 1, len(layers))
     rows.sort(key=lambda r: (r["cosine"], r["snr_db"]))
     return rows
-
-
-def metrics_of(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]) -> Dict[str, Dict[str, float]]:
-    """Batch metrics through :func:`sdk.metrics.compare_outputs` (for small, in-memory sets)."""
-    return compare_outputs(ref, out)

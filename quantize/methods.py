@@ -9,12 +9,12 @@ return the exact min/max when the data is constant or too small to histogram.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, QuantizationError
+from ..registry import Registry
 from .stats import TensorStats
 
 __all__ = ["register_method", "method_names", "get_method", "compute_range"]
@@ -22,28 +22,30 @@ __all__ = ["register_method", "method_names", "get_method", "compute_range"]
 Range = Tuple[float, float]
 MethodFn = Callable[..., Range]
 
-_METHODS: Dict[str, Tuple[MethodFn, Dict[str, Any]]] = {}
+#: Method name -> ``(fn, default params)``; a plugin's entry point (group
+#: ``edgesdk.calibration_methods``) may name a bare function (no default params).
+METHODS: "Registry[Union[MethodFn, Tuple[MethodFn, Dict[str, Any]]]]" = Registry(
+    "calibration method", entry_points="edgesdk.calibration_methods", load_error=QuantizationError, known_label="known")
 
 
-def register_method(name: str, defaults: Dict[str, Any] = None):
+def register_method(name: str, defaults: Optional[Dict[str, Any]] = None) -> Callable[[MethodFn], MethodFn]:
     """Decorator: register a calibration method under ``name`` with default ``params``."""
 
     def deco(fn: MethodFn) -> MethodFn:
-        _METHODS[name] = (fn, dict(defaults or {}))
+        METHODS.register(name, (fn, dict(defaults or {})))
         return fn
 
     return deco
 
 
 def method_names() -> List[str]:
-    return list(_METHODS)
+    return METHODS.names()
 
 
 def get_method(name: str) -> Tuple[MethodFn, Dict[str, Any]]:
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise InputError(f"unknown calibration method '{name}'", f"known: {', '.join(_METHODS)}") from None
+    """``(fn, default params)`` of the method ``name``; unknown: :class:`UnknownNameError`."""
+    entry = METHODS.load(name)
+    return entry if isinstance(entry, tuple) else (entry, {})
 
 
 def compute_range(stats: TensorStats, method: str, symmetric: bool, **params: Any) -> Range:
@@ -190,11 +192,3 @@ def mse(stats: TensorStats, symmetric: bool, bits: int) -> Range:
     err = clip + inside * step * step / 12.0
     best = int(np.argmin(err))
     return _from_threshold(stats, min(float(t[best]), stats.absmax), symmetric)
-
-
-def amax_of(r: Range) -> float:
-    return max(abs(r[0]), abs(r[1]))
-
-
-def is_finite_range(r: Range) -> bool:
-    return all(math.isfinite(v) for v in r)

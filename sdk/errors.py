@@ -10,6 +10,7 @@ libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they
     ├── MissingDependencyError      an optional package is not installed (names the pip command)
     ├── InputError                  bad user input: shapes, dtypes, data files, options
     │   ├── ConfigError             a profile / spec / option file with unknown or bad keys
+    │   │   └── UnknownNameError    a name no registry knows (target, format, scheme, sensor, ...)
     │   └── ResultFormatError       a measurement's JSON (a file, a board's answer) is malformed
     ├── ModelError                  the model file itself
     │   ├── ModelNotFoundError
@@ -17,7 +18,7 @@ libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they
     │   ├── InvalidModelError       parses, but the graph is invalid
     │   └── UnsupportedModelError   valid, but this operation cannot handle it
     ├── TargetError                 a runtime backend
-    │   ├── UnknownTargetError
+    │   ├── UnknownTargetError      (also an UnknownNameError)
     │   ├── TargetUnavailableError  runtime missing or broken on this machine
     │   ├── BuildError              model -> artifact failed
     │   └── InferenceError          a session failed to run
@@ -34,7 +35,7 @@ libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 __all__ = [
     "EdgeSDKError",
@@ -42,6 +43,7 @@ __all__ = [
     "InputError",
     "ConfigError",
     "ResultFormatError",
+    "UnknownNameError",
     "ModelError",
     "ModelNotFoundError",
     "ModelFormatError",
@@ -111,6 +113,23 @@ class ResultFormatError(InputError):
     schema; the message names where it came from (the file or the board) and the first bad key."""
 
 
+class UnknownNameError(ConfigError):
+    """A name that no registry of its ``family`` knows (:class:`sdk.registry.Registry`):
+    ``name``, the ``known`` names and the closest one as ``suggestion`` (or None)."""
+
+    def __init__(self, family: str, name: str, known: Sequence[str] = (), suggestion: Optional[str] = None,
+                 known_label: Optional[str] = None):
+        self.family = family
+        self.name = name
+        self.known = list(known)
+        self.suggestion = suggestion
+        label = known_label if known_label is not None else "known %ss" % family
+        hint = "%s: %s" % (label, ", ".join(self.known) or "none")
+        if suggestion:
+            hint = "did you mean '%s'? %s" % (suggestion, hint)
+        super().__init__("unknown %s '%s'" % (family, name), hint)
+
+
 class ModelError(EdgeSDKError):
     """A problem with the model file itself."""
 
@@ -135,8 +154,8 @@ class TargetError(EdgeSDKError):
     """A runtime backend failed."""
 
 
-class UnknownTargetError(TargetError):
-    pass
+class UnknownTargetError(TargetError, UnknownNameError):
+    """An unknown target name (a :class:`TargetError` and an :class:`UnknownNameError`)."""
 
 
 class TargetUnavailableError(TargetError):

@@ -5,7 +5,7 @@ Runs on the board too: Python 3.8.
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional, Sequence
+from typing import Optional
 
 __all__ = ["module_installed", "dist_version"]
 
@@ -29,11 +29,4 @@ def dist_version(*dists: str) -> Optional[str]:
             return version(d)
         except PackageNotFoundError:
             continue
-    return None
-
-
-def first_installed(modules: Sequence[str]) -> Optional[str]:
-    for m in modules:
-        if module_installed(m):
-            return m
     return None

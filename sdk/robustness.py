@@ -23,22 +23,22 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .errors import ConfigError, InputError
+from .errors import InputError
+from .registry import Registry
 
 __all__ = ["CORRUPTIONS", "corrupt", "corrupt_batch", "parse_severities", "parse_corruptions",
            "to_hwc", "from_hwc", "sweep", "RobustnessResult", "SEVERITIES"]
 
 SEVERITIES = (1, 2, 3, 4, 5)
 Corruption = Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
-CORRUPTIONS: Dict[str, Corruption] = {}
+#: Corruption name -> ``fn(image01_hwc_float32, severity, rng) -> image01`` (plugins: entry-point
+#: group ``edgesdk.corruptions``).
+CORRUPTIONS: "Registry[Corruption]" = Registry("corruption", entry_points="edgesdk.corruptions")
 
 
-def register_corruption(name: str):
+def register_corruption(name: str) -> Callable[[Corruption], Corruption]:
     """Decorator: register ``fn(image01_hwc_float32, severity, rng) -> image01`` under ``name``."""
-    def deco(fn: Corruption) -> Corruption:
-        CORRUPTIONS[name] = fn
-        return fn
-    return deco
+    return CORRUPTIONS.decorator(name)
 
 
 def _size_scale(img: np.ndarray) -> float:
@@ -238,8 +238,7 @@ def parse_corruptions(value: Union[None, str, Sequence[str]]) -> List[str]:
         return list(CORRUPTIONS)
     names = [v.strip() for v in (value.split(",") if isinstance(value, str) else value) if v.strip()]
     for n in names:
-        if n not in CORRUPTIONS:
-            raise ConfigError(f"unknown corruption '{n}'", f"known corruptions: {', '.join(CORRUPTIONS)}")
+        CORRUPTIONS.canonical(n)  # unknown: an UnknownNameError (a ConfigError) listing the known ones
     if not names:
         raise InputError("no corruptions given", f"known corruptions: {', '.join(CORRUPTIONS)}")
     return names
@@ -254,8 +253,7 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int = 0, index: i
             value_range: Optional[Tuple[float, float]] = None) -> np.ndarray:
     """One corrupted copy of an HWC image (uint8, or float with ``value_range`` (lo, hi), default
     (0, 1)). Same shape and dtype out. ``index`` (the sample's position) enters the seed."""
-    if name not in CORRUPTIONS:
-        raise ConfigError(f"unknown corruption '{name}'", f"known corruptions: {', '.join(CORRUPTIONS)}")
+    fn = CORRUPTIONS.load(name)
     if severity not in SEVERITIES:
         raise InputError(f"severity {severity} is not in 1-5")
     img = np.asarray(image)
@@ -269,7 +267,7 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int = 0, index: i
         raise InputError(f"corruptions need uint8 or float images, got {img.dtype}")
     span = (hi - lo) or 1.0
     x = (img.astype(np.float32) - lo) / span
-    y = CORRUPTIONS[name](x, int(severity), _rng(seed, name, severity, index))
+    y = fn(x, int(severity), _rng(seed, name, severity, index))
     y = np.clip(y, 0.0, 1.0) * span + lo
     if img.dtype == np.uint8:
         return np.clip(np.round(y), 0, 255).astype(np.uint8)

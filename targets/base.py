@@ -15,12 +15,10 @@ Runs on the board too: Python 3.8, NumPy and the target's runtime only.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -113,14 +111,41 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
-    def runner(self, feeds: Mapping[str, np.ndarray]):
+    def runner(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
         """A zero-argument callable that runs ``feeds`` once, with the least per-call Python
-        work this backend allows (for latency loops). Default: ``lambda: self.run(feeds)``."""
-        return lambda: self._run_impl(feeds)
+        work this backend allows (for latency loops; what it returns is the backend's own).
+
+        The template method of the timed path: the backend's fast callable
+        (:meth:`_runner_impl`) is bound once here, and a runtime failure while building or
+        calling it is translated like :meth:`run`'s (:class:`InferenceError`, or the
+        :class:`InputError` naming the bad feed) by an ``except`` clause around the call, which
+        costs nothing while the runtime succeeds."""
+        explain = self._explain
+        try:
+            fast = self._runner_impl(feeds)
+        except EdgeSDKError:
+            raise
+        except Exception as exc:
+            raise explain(feeds, exc) from exc
+
+        def run_once() -> Any:
+            try:
+                return fast()
+            except EdgeSDKError:
+                raise
+            except Exception as exc:
+                raise explain(feeds, exc) from exc
+
+        return run_once
 
     # -- for subclasses ----------------------------------------------------------------------------
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def _runner_impl(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
+        """The backend's fastest zero-argument call for ``feeds`` (bind everything once here);
+        it may raise the runtime's own errors, :meth:`runner` translates them."""
+        return lambda: self._run_impl(feeds)
 
     def _close_impl(self) -> None:
         """Release runtime resources."""
@@ -226,11 +251,6 @@ class Target:
         raise NotImplementedError
 
     # -- helpers for subclasses -----------------------------------------------------------------------
-    def cache_key(self, model_sha256: str, **parts: Any) -> str:
-        """A short stable hash of the model, the target and everything that changes the artifact."""
-        blob = json.dumps({"target": self.name, "model": model_sha256, **parts}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
     def describe(self) -> Dict[str, Any]:
         """Target facts for result JSON: name, runtime version, effective options."""
         avail = self.availability()

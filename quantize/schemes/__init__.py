@@ -2,44 +2,41 @@
 
 A scheme decides *where* Q/DQ pairs go and *how* tensors are quantized (symmetric or not, which
 dtype, per-channel axes, bias handling, shared and fixed scales). To add one, subclass
-:class:`~sdk.quantize.schemes.base.Scheme` in a new module and list it in ``_BUILTIN``.
+:class:`~sdk.quantize.schemes.base.Scheme` in a new module and register it in :data:`SCHEMES`
+(or through the entry-point group ``edgesdk.quantize_schemes``). Names and aliases are the
+target names (:data:`sdk.registry.TARGET_ALIASES`: ``ort``, ``trt``, ``litert``).
 """
 from __future__ import annotations
 
-import importlib
-from typing import Dict, List
+from typing import Any, List, Type, Union
 
-from ...errors import InputError
+from ...errors import QuantizationError
+from ...registry import TARGET_ALIASES, Registry
 from .base import QuantPlan, Scheme
 
-__all__ = ["Scheme", "QuantPlan", "get_scheme", "scheme_names", "register_scheme"]
+__all__ = ["Scheme", "QuantPlan", "get_scheme", "scheme_names", "register_scheme", "SCHEMES"]
 
-_BUILTIN: Dict[str, str] = {
-    "onnxruntime": "sdk.quantize.schemes.onnxruntime:OnnxRuntimeScheme",
-    "tensorrt": "sdk.quantize.schemes.tensorrt:TensorRTScheme",
-    "tflite": "sdk.quantize.schemes.tflite:TFLiteScheme",
-}
-_ALIASES = {"ort": "onnxruntime", "onnxrt": "onnxruntime", "trt": "tensorrt", "litert": "tflite"}
-_registry: Dict[str, object] = dict(_BUILTIN)
+#: Quantization target name -> Scheme subclass (``"module:Class"`` until first use).
+SCHEMES: "Registry[Type[Scheme]]" = Registry(
+    "quantization target",
+    {
+        "onnxruntime": "sdk.quantize.schemes.onnxruntime:OnnxRuntimeScheme",
+        "tensorrt": "sdk.quantize.schemes.tensorrt:TensorRTScheme",
+        "tflite": "sdk.quantize.schemes.tflite:TFLiteScheme",
+    },
+    aliases=TARGET_ALIASES, entry_points="edgesdk.quantize_schemes", load_error=QuantizationError, known_label="known",
+)
 
 
-def register_scheme(name: str, scheme: object) -> None:
+def register_scheme(name: str, scheme: Union[str, Type[Scheme]]) -> None:
     """Register a Scheme subclass (or ``"module:Class"``) under ``name``."""
-    _registry[name] = scheme
+    SCHEMES.register(name, scheme)
 
 
 def scheme_names() -> List[str]:
-    return list(_registry)
+    return SCHEMES.names()
 
 
-def get_scheme(name: str, **options) -> Scheme:
+def get_scheme(name: str, **options: Any) -> Scheme:
     """An instance of the scheme registered under ``name`` (aliases: ort, trt, litert)."""
-    key = _ALIASES.get(name, name)
-    if key not in _registry:
-        raise InputError(f"unknown quantization target '{name}'", f"known: {', '.join(_registry)}")
-    cls = _registry[key]
-    if isinstance(cls, str):
-        mod, _, attr = cls.partition(":")
-        cls = getattr(importlib.import_module(mod), attr)
-        _registry[key] = cls
-    return cls(**options)  # type: ignore[operator]
+    return SCHEMES.load(name)(**options)

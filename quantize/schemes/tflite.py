@@ -30,8 +30,6 @@ class TFLiteScheme(OnnxRuntimeScheme):
     FOLDED = ("Relu", "Clip")
     FIXED_OUTPUTS = {"Sigmoid": (1.0 / 256, -128), "Softmax": (1.0 / 256, -128),
                      "Tanh": (1.0 / 128, 0), "LogSoftmax": (16.0 / 256, 127)}
-    #: TFLite's own weight axis, for the exported ranges
-    TFLITE_AXIS = {"Conv": 0, "DepthwiseConv": 3, "ConvTranspose": 0}
 
     def _data_inputs(self, idx: GraphIndex, node: Any):
         if node.op_type in ("Relu", "Clip"):

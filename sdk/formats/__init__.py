@@ -1,24 +1,32 @@
 """Model formats: one handler per format, chosen by name through a registry.
 
 A handler parses, validates, inspects and transforms one kind of model file. Add a format by
-writing a :class:`ModelFormat` subclass and an entry in ``_BUILTIN``.
+writing a :class:`ModelFormat` subclass and registering it in :data:`FORMATS` (or through the
+entry-point group ``edgesdk.formats``).
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
-from ..errors import ModelFormatError, UnsupportedModelError
+from ..errors import ModelFormatError, UnknownNameError, UnsupportedModelError
+from ..registry import Registry
 
 if TYPE_CHECKING:
     from ..model import Model
     from ..tensors import TensorSpec
 
-_BUILTIN = {
-    "onnx": "sdk.formats.onnx:OnnxFormat",
-    "tflite": "sdk.formats.tflite:TFLiteFormat",
-}
+
+class UnknownFormatError(ModelFormatError, UnknownNameError):
+    """An unknown model format name."""
+
+
+#: Format name -> :class:`ModelFormat` subclass (``"module:Class"`` until first use).
+FORMATS: "Registry[type]" = Registry(
+    "model format",
+    {"onnx": "sdk.formats.onnx:OnnxFormat", "tflite": "sdk.formats.tflite:TFLiteFormat"},
+    entry_points="edgesdk.formats", error=UnknownFormatError, load_error=ModelFormatError, known_label="known formats",
+)
 _SUFFIXES = {".onnx": "onnx", ".tflite": "tflite", ".lite": "tflite"}
 _loaded: Dict[str, "ModelFormat"] = {}
 
@@ -60,11 +68,10 @@ class ModelFormat:
 
 
 def get_format(name: str) -> ModelFormat:
+    """The handler of format ``name`` (one instance per format)."""
     if name not in _loaded:
-        if name not in _BUILTIN:
-            raise ModelFormatError(f"unknown model format '{name}'", f"known formats: {', '.join(sorted(_BUILTIN))}")
-        module, _, cls = _BUILTIN[name].partition(":")
-        _loaded[name] = getattr(importlib.import_module(module), cls)()
+        handler: ModelFormat = FORMATS.load(name)()
+        _loaded[name] = handler
     return _loaded[name]
 
 
@@ -80,6 +87,3 @@ def detect_format(path: Optional[Path], data: Optional[bytes] = None) -> str:
         return "tflite"
     return "onnx"
 
-
-def known_formats() -> List[str]:
-    return sorted(_BUILTIN)

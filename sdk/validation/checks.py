@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..registry import Registry
+
 __all__ = ["CheckResult", "CHECKS", "evaluate_checks", "PASS", "FAIL", "SKIP"]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -46,15 +48,26 @@ class _Check:
     default: Optional[Callable[[Any], Any]] = None  # run -> limit when the spec has no key (None: off)
 
 
-CHECKS: Dict[str, _Check] = {}
+CheckFn = Callable[[Any, Any, Any], Tuple[str, Any, str]]
+
+#: Check name -> its definition, in evaluation order (plugins: entry-point group ``edgesdk.checks``).
+CHECKS: "Registry[_Check]" = Registry("check", entry_points="edgesdk.checks")
 
 
+<<<<<<< HEAD
 def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "", doc: str = "",
                    default: Optional[Callable[[Any], Any]] = None):
     """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``. ``default``:
     ``run -> limit`` for runs that enable the check without the spec key (None: not enabled)."""
     def deco(fn):
         CHECKS[name] = _Check(name, section, key, stage, fn, unit, op, doc, default)
+=======
+def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "",
+                   doc: str = "") -> Callable[[CheckFn], CheckFn]:
+    """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``."""
+    def deco(fn: CheckFn) -> CheckFn:
+        CHECKS.register(name, _Check(name, section, key, stage, fn, unit, op, doc))
+>>>>>>> a8bb8f4 (One registry helper (sdk/registry.py) for targets, formats, schemes, calibration methods, power sources, CUDA backends, checks and corruptions: shared aliases, entry points, did-you-mean, UnknownNameError; Session.runner() is the template method of the timed path (translates runtime errors); dead code removed)
         return fn
     return deco
 

@@ -14,11 +14,11 @@ Runs on the board too: Python 3.8.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Dict, List, Type, Union
+from typing import Dict, List, Optional, Tuple, Type, Union
 
 from ...errors import InputError, MissingDependencyError, TargetUnavailableError
 from ...probe import module_installed
+from ...registry import Registry
 from .base import CudaBackend, CudaError, DeviceBuffer, Event, Kernel, Stream
 from .probe import GpuDevice, GpuProbe, probe_gpu
 
@@ -28,26 +28,31 @@ __all__ = [
     "register_backend", "backend_names", "installed_backends", "get_backend", "require_gpu",
 ]
 
-#: name -> (module that must be findable, "module:Class"); order = preference for "auto".
-_BACKENDS: Dict[str, Union[str, Type[CudaBackend]]] = {
-    "pycuda": "sdk.targets.cuda.pycuda_backend:PyCudaBackend",
-    "cuda-python": "sdk.targets.cuda.cudapython_backend:CudaPythonBackend",
-}
-_PROBE_MODULES: Dict[str, tuple] = {
+#: name -> CudaBackend subclass (``"module:Class"`` until first use); order = preference for "auto".
+BACKENDS: "Registry[Type[CudaBackend]]" = Registry(
+    "CUDA backend",
+    {
+        "pycuda": "sdk.targets.cuda.pycuda_backend:PyCudaBackend",
+        "cuda-python": "sdk.targets.cuda.cudapython_backend:CudaPythonBackend",
+    },
+    entry_points="edgesdk.cuda_backends", known_label="known", reserved=("auto",),
+)
+#: name -> modules of which one must be findable for the backend to count as installed.
+_PROBE_MODULES: Dict[str, Tuple[str, ...]] = {
     "pycuda": ("pycuda",),
     "cuda-python": ("cuda.bindings", "cuda.cuda"),
 }
 _INSTALL = "pip install cuda-python (or pycuda)"
 
 
-def register_backend(name: str, backend: Union[str, Type[CudaBackend]], probe_modules: tuple = ()) -> None:
+def register_backend(name: str, backend: Union[str, Type[CudaBackend]], probe_modules: Tuple[str, ...] = ()) -> None:
     """Add a backend (a CudaBackend subclass or ``"module:Class"``)."""
-    _BACKENDS[name] = backend
+    BACKENDS.register(name, backend)
     _PROBE_MODULES[name] = tuple(probe_modules)
 
 
 def backend_names() -> List[str]:
-    return list(_BACKENDS)
+    return BACKENDS.names()
 
 
 def _installed(name: str) -> bool:
@@ -57,7 +62,7 @@ def _installed(name: str) -> bool:
 
 def installed_backends() -> List[str]:
     """Backends whose package is installed (checked with find_spec; nothing imported)."""
-    return [n for n in _BACKENDS if _installed(n)]
+    return [n for n in BACKENDS.names() if _installed(n)]
 
 
 def require_gpu(device: int = 0) -> GpuDevice:
@@ -71,24 +76,15 @@ def require_gpu(device: int = 0) -> GpuDevice:
     return probe.devices[device]
 
 
-def _load(name: str) -> Type[CudaBackend]:
-    entry = _BACKENDS[name]
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)
-        _BACKENDS[name] = entry
-    return entry
-
-
-def get_backend(name: str = "auto", device: int = 0) -> CudaBackend:
+def get_backend(name: Optional[str] = "auto", device: int = 0) -> CudaBackend:
     """Open a CUDA backend on ``device`` (its primary context). ``name``: ``"auto"`` (first
     installed of :func:`backend_names`), ``"pycuda"`` or ``"cuda-python"``.
 
     Raises :class:`TargetUnavailableError` when there is no GPU/driver, :class:`MissingDependencyError`
     when no backend package is installed, :class:`InputError` for an unknown name.
     """
-    if name not in ("auto", None) and name not in _BACKENDS:
-        raise InputError(f"unknown CUDA backend '{name}'", f"known: auto, {', '.join(_BACKENDS)}")
+    if name not in ("auto", None):
+        name = BACKENDS.canonical(name)
     require_gpu(device)
     if name in ("auto", None):
         names = installed_backends()
@@ -97,4 +93,4 @@ def get_backend(name: str = "auto", device: int = 0) -> CudaBackend:
         name = names[0]
     elif not _installed(name):
         raise MissingDependencyError(f"the {name} CUDA backend", name, f"pip install {name}")
-    return _load(name)(device)
+    return BACKENDS.load(name)(device)

@@ -9,7 +9,7 @@ through an ``IProfiler``. Runs on the board too: Python 3.8, NumPy, TensorRT, py
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -183,9 +183,10 @@ class TensorRTSession(Session):
         self._stream.synchronize()
         return {s.name: self._host[s.name].copy() for s in self.outputs}
 
-    def runner(self, feeds: Mapping[str, np.ndarray]):
+    def _runner_impl(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], None]:
         """End-to-end query for latency loops: the feeds are staged in pinned memory once; each call
-        copies them to the GPU, runs, copies the outputs back and waits."""
+        copies them to the GPU, runs, copies the outputs back and waits (errors: translated by
+        :meth:`Session.runner`)."""
         self._load_feeds(feeds)
         h2d, enqueue, d2h, sync = self._h2d, self._enqueue, self._d2h, self._stream.synchronize
 

@@ -194,16 +194,12 @@ class TFLiteSession(Session):
         interp.allocate_tensors()
 
     # -- latency loop ------------------------------------------------------------------------------
-    def runner(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
+    def _runner_impl(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:
         """A callable that sets ``feeds`` (converted once, here) and invokes; outputs are left in
-        the interpreter. It runs once before it is returned, so bad feeds raise here."""
-        try:
-            run = self._make_runner(feeds)
-            run()
-        except InputError:
-            raise
-        except Exception as exc:
-            raise self._explain(feeds, exc) from exc
+        the interpreter. It runs once before it is returned, so bad feeds raise here
+        (:meth:`Session.runner` translates the runtime's errors)."""
+        run = self._make_runner(feeds)
+        run()
         return run
 
     def _make_runner(self, feeds: Mapping[str, np.ndarray]) -> Callable[[], Any]:

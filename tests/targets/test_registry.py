@@ -9,9 +9,11 @@ from sdk.targets.base import Availability
 
 
 @pytest.fixture(autouse=True)
-def _restore_registry(monkeypatch):
+def _restore_registry():
     """Registrations made by a test stay in that test."""
-    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    saved = registry.TARGETS.snapshot()
+    yield
+    registry.TARGETS.restore(saved)
 
 
 def test_builtin_listed_and_unknown_names_known():
@@ -65,7 +67,7 @@ def test_entry_point_group(tmp_path, monkeypatch):
         "class PluginTarget(Target):\n    name = 'plugin-echo'\n"
         "    @classmethod\n    def _probe(cls, deep):\n        return Availability(True, version='9')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry.TARGETS, "_entry_points_loaded", False)
     assert "plugin-echo" in registry.target_names()
     assert registry.target_class("plugin-echo").runtime_version() == "9"
     sys.modules.pop("plugin_mod", None)

@@ -13,45 +13,42 @@ tests and demos, clearly labelled as such. Runs on the board: Python 3.8, NumPy 
 """
 from __future__ import annotations
 
-import importlib
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
-from ....errors import ConfigError
+from ....registry import Registry
 from .base import PowerSource, Sample
 from .sampler import PowerSampler, WindowPower, power_report
 
 __all__ = ["PowerSource", "Sample", "PowerSampler", "WindowPower", "power_report",
-           "source_names", "source_class", "open_source", "probe_all", "register_source"]
+           "source_names", "source_class", "open_source", "probe_all", "register_source", "SOURCES"]
 
-_SOURCES: Dict[str, object] = {
-    "ina3221-hwmon": "sdk.remote.agent.power.ina3221:Ina3221Hwmon",
-    "ina3221-iio": "sdk.remote.agent.power.ina3221:Ina3221Iio",
-    "tegrastats": "sdk.remote.agent.power.tegrastats:TegrastatsSource",
-    "hwmon": "sdk.remote.agent.power.hwmon:HwmonSource",
-    "rapl": "sdk.remote.agent.power.hwmon:RaplSource",
-    "vcgencmd": "sdk.remote.agent.power.vcgencmd:VcgencmdSource",
-}
+#: Sensor name (as profiles list them under ``[power] sensors``) -> PowerSource subclass.
+SOURCES: "Registry[Type[PowerSource]]" = Registry(
+    "power sensor",
+    {
+        "ina3221-hwmon": "sdk.remote.agent.power.ina3221:Ina3221Hwmon",
+        "ina3221-iio": "sdk.remote.agent.power.ina3221:Ina3221Iio",
+        "tegrastats": "sdk.remote.agent.power.tegrastats:TegrastatsSource",
+        "hwmon": "sdk.remote.agent.power.hwmon:HwmonSource",
+        "rapl": "sdk.remote.agent.power.hwmon:RaplSource",
+        "vcgencmd": "sdk.remote.agent.power.vcgencmd:VcgencmdSource",
+    },
+    entry_points="edgesdk.power_sources", known_label="known sensors",
+)
 
 
-def register_source(name: str, cls: object) -> None:
+def register_source(name: str, cls: "Union[str, Type[PowerSource]]") -> None:
     """Register a :class:`PowerSource` subclass (or ``"module:Class"``) under ``name``."""
-    _SOURCES[name] = cls
+    SOURCES.register(name, cls)
 
 
 def source_names() -> List[str]:
-    return list(_SOURCES)
+    return SOURCES.names()
 
 
-def source_class(name: str) -> type:
-    """The source class registered as ``name``; :class:`ConfigError` lists the known names."""
-    entry = _SOURCES.get(name)
-    if entry is None:
-        raise ConfigError("unknown power sensor '%s'" % name, "known sensors: %s" % ", ".join(_SOURCES))
-    if isinstance(entry, str):
-        module, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module), attr)
-        _SOURCES[name] = entry
-    return entry  # type: ignore[return-value]
+def source_class(name: str) -> "Type[PowerSource]":
+    """The source class registered as ``name``; an unknown name (a :class:`ConfigError`) lists the known names."""
+    return SOURCES.load(name)
 
 
 def open_source(sensors: Optional[Sequence[str]] = None, sysfs_root: Optional[str] = None
