@@ -114,20 +114,26 @@ class ResultFormatError(InputError):
 
 
 class UnknownNameError(ConfigError):
-    """A name that no registry of its ``family`` knows (:class:`sdk.registry.Registry`):
-    ``name``, the ``known`` names and the closest one as ``suggestion`` (or None)."""
+    """A name that no registry of its family knows (:class:`sdk.registry.Registry`). Built by
+    :meth:`for_name`, it keeps the ``name``, the ``known`` names and the closest one as
+    ``suggestion`` (None when none is close); ``(message, hint)`` construction works as for
+    every error of the tree (errors coming back from a board are rebuilt that way)."""
 
-    def __init__(self, family: str, name: str, known: Sequence[str] = (), suggestion: Optional[str] = None,
-                 known_label: Optional[str] = None):
-        self.family = family
-        self.name = name
-        self.known = list(known)
-        self.suggestion = suggestion
+    name: Optional[str] = None
+    known: Sequence[str] = ()
+    suggestion: Optional[str] = None
+
+    @classmethod
+    def for_name(cls, family: str, name: str, known: Sequence[str] = (), suggestion: Optional[str] = None,
+                 known_label: Optional[str] = None) -> "UnknownNameError":
+        """``unknown <family> '<name>' (did you mean '<suggestion>'? <known_label>: a, b, c)``."""
         label = known_label if known_label is not None else "known %ss" % family
-        hint = "%s: %s" % (label, ", ".join(self.known) or "none")
+        hint = "%s: %s" % (label, ", ".join(known) or "none")
         if suggestion:
             hint = "did you mean '%s'? %s" % (suggestion, hint)
-        super().__init__("unknown %s '%s'" % (family, name), hint)
+        err = cls("unknown %s '%s'" % (family, name), hint)
+        err.name, err.known, err.suggestion = name, list(known), suggestion
+        return err
 
 
 class ModelError(EdgeSDKError):

@@ -108,8 +108,8 @@ class Registry(Mapping[str, T]):
     def unknown(self, name: str) -> UnknownNameError:
         """The error for an unknown ``name``: lists the known names, suggests the closest."""
         known = [*self.reserved, *self._entries]
-        return self.error(self.family, name, known, did_you_mean(name, [*known, *self.aliases]),
-                          self.known_label)
+        return self.error.for_name(self.family, name, known, did_you_mean(name, [*known, *self.aliases]),
+                                   self.known_label)
 
     # -- Mapping ---------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> T:

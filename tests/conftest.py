@@ -1,15 +1,13 @@
 """Shared fixtures: small real ONNX models built with onnx.helper, and the example model."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tests import modelzoo
 
-import modelzoo  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")

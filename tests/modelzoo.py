@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import onnx
@@ -80,6 +79,20 @@ def tiny_add(path: Path) -> Path:
     g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "tiny",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [one])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = 8
+    return _save(m, path)
+
+
+def fails_at_run(path: Path) -> Path:
+    """x[N,4] -> Reshape to [3,-1]: a valid graph whose run fails in the runtime for N=1 (4 values
+    cannot be reshaped to 3 rows); session creation succeeds, so the failure is in the timed path."""
+    shape = numpy_helper.from_array(np.array([3, -1], np.int64), "shape")
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])], "fails_at_run",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, None])], [shape],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = 8
     return _save(m, path)

@@ -1,14 +1,11 @@
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import qmodels  # noqa: E402
+from tests.quantize import qmodels
 
 
 @pytest.fixture(autouse=True)

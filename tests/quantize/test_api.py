@@ -11,7 +11,7 @@ from sdk.errors import InputError, QuantizationError
 from sdk.quantize import quantize
 from sdk.quantize.stats import CalibrationStats
 
-import qmodels
+from tests.quantize import qmodels
 
 
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt", "tflite"])

@@ -75,8 +75,7 @@ def test_memory_does_not_grow_with_samples(tmp_path):
     """Peak RSS with 400 samples stays within a few MB of the peak with 20 (the intermediates of one
     batch are ~10 MB; keeping every sample's outputs, as onnxruntime's calibrators do, would add
     ~450 MB)."""
-    sys.path.insert(0, str(tmp_path))
-    import qmodels
+    from tests.quantize import qmodels
 
     g = qmodels.G(0)
     h = g.op("Relu", [g.conv("x", 3, 16)])
@@ -114,8 +113,7 @@ _BAD_SAMPLE = textwrap.dedent("""
 def test_bad_sample_midway_stops_workers_and_exits(tmp_path):
     """A bad sample after good ones: the error reaches the caller, the workers stop, and the
     process exits (no hang on 6 MB batches left in the queue's pipe)."""
-    sys.path.insert(0, str(tmp_path))
-    import qmodels
+    from tests.quantize import qmodels
 
     g = qmodels.G(0)
     model = g.save(tmp_path / "big.onnx", ["N", 3, 256, 256], g.op("Relu", [g.conv("x", 3, 4)]), ["N", 4, 256, 256])

@@ -8,13 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import free_port, needs_sshd, trust
 from sdk.errors import BoardConnectionError, EdgeSDKError, RemoteCommandError
 from sdk.remote import Board, run_fleet
-
-agent = pytest.importorskip("sdk.remote.agent", reason="the board agent (sdk.remote.agent) is not in this tree")
-if not hasattr(agent, "build_zipapp"):
-    pytest.skip("the board agent has no build_zipapp yet", allow_module_level=True)
+from sdk.remote.agent import build_zipapp  # noqa: F401 - the agent is part of the tree: a failure here fails
+from tests.remote.sshd import free_port, needs_sshd, trust
 
 
 @pytest.fixture
@@ -132,7 +129,7 @@ def test_fleet_runs_on_despite_a_dead_board(client_home, sshd, board_profile):
 def test_board_push_retries_a_dropped_link(client_home, sshd, board_profile, tmp_path):
     import hashlib
 
-    from conftest import DropProxy
+    from tests.remote.sshd import DropProxy
 
     model = tmp_path / "big.onnx"
     model.write_bytes(np.random.default_rng(3).integers(0, 256, 4_000_000, dtype=np.uint8).tobytes())

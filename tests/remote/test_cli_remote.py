@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import free_port, needs_sshd, trust
+from tests.remote.sshd import free_port, needs_sshd, trust
 
 
 def sdk(*args):

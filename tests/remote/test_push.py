@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from conftest import DropProxy, needs_sshd, trust
+from tests.remote.sshd import DropProxy, needs_sshd, trust
 from sdk.errors import BoardConnectionError, ModelNotFoundError, TransferError
 from sdk.remote.push import file_sha256, push_file
 from sdk.remote.ssh import SSHConnection, resolve_target

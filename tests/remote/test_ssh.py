@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import DropProxy, free_port, keygen, needs_sshd, trust
+from tests.remote.sshd import DropProxy, free_port, keygen, needs_sshd, trust
 from sdk.errors import AuthenticationError, BoardConnectionError, ConfigError, HostKeyError, RemoteCommandError
 from sdk.remote.ssh import SSHConnection, resolve_target
 from sdk.remote.transport import SSHTransport

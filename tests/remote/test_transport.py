@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_sshd, trust
+from tests.remote.sshd import needs_sshd, trust
 from sdk.errors import RemoteCommandError
 from sdk.remote.ssh import SSHConnection, _kill_group_script, resolve_target
 from sdk.remote.transport import LocalTransport

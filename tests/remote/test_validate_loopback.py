@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DropProxy, needs_sshd, trust
+from tests.remote.sshd import DropProxy, needs_sshd, trust
 
 pytestmark = [needs_sshd, pytest.mark.ssh]
 

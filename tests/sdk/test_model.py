@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import onnx
 import pytest
 
 from sdk import Model
-from sdk.errors import InputError, InvalidModelError, ModelFormatError, ModelNotFoundError, UnsupportedModelError
+from sdk.errors import InputError, InvalidModelError, ModelFormatError, ModelNotFoundError
 
 
 def test_load_and_specs(conv_model):

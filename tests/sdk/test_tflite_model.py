@@ -9,7 +9,7 @@ import pytest
 from sdk.errors import ModelFormatError, UnsupportedModelError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
-from clirun import run_cli
+from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

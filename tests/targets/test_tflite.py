@@ -13,7 +13,7 @@ from sdk.metrics import cosine_similarity as cosine, max_abs_error
 from sdk.model import Model
 from sdk.targets import benchmark, get_target, target_class, target_names
 from sdk.targets.tflite import TFLiteTarget
-from clirun import run_cli
+from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 FLOAT = DATA / "digits_float.tflite"

@@ -19,7 +19,7 @@ import sdk.formats.tflite as fmt
 from sdk.errors import MissingDependencyError, TargetUnavailableError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
-from clirun import run_cli
+from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
