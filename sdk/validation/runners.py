@@ -1,6 +1,6 @@
 """Where validation runs the model: a board of the remote runner, or a target on this host.
 
-Both follow one small protocol (the one :class:`sdk.remote.Board` has)::
+Both follow one typed protocol, :class:`Runner` (the methods :class:`sdk.remote.Board` has)::
 
     with open_runner("jetson-nano") as board:      # or HostRunner("onnxruntime")
         facts = board.check()                      # device facts dict
@@ -9,25 +9,53 @@ Both follow one small protocol (the one :class:`sdk.remote.Board` has)::
 
 :class:`HostRunner` is also the FP32 reference (ONNX Runtime on the host) and the ``--target`` of
 ``sdk robustness``. It has no power sensor: its power fields are null with the reason.
+Validation is the floor above ``targets`` and ``remote``: it imports both as ordinary modules.
 """
 from __future__ import annotations
 
-import importlib
 import os
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 
-from ..errors import InputError, UnknownBoardError
+from ..errors import InputError
 
 if TYPE_CHECKING:
     from ..result import BenchResult
 
-__all__ = ["HostRunner", "open_runner", "remote_available"]
+__all__ = ["Runner", "HostRunner", "open_runner"]
 
-#: Board names served by :class:`HostRunner` when the remote runner is not installed.
-HOST_FALLBACK_BOARDS = ("local",)
 _CHUNK_BYTES = 32 << 20
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """What validation runs a model on: :class:`sdk.remote.Board` (over SSH, or ``local``) or
+    :class:`HostRunner` (a target on this machine). A context manager; ``name`` is what reports
+    call it. ``infer`` returns the outputs with samples along axis 0; ``benchmark`` returns a
+    :class:`sdk.result.BenchResult`."""
+
+    name: str
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+    def check(self) -> Dict[str, Any]:
+        """Device facts."""
+        ...
+
+    def infer(self, __model: Any, __feeds_npz: Union[str, "os.PathLike[str]"], *,
+              target: Optional[str] = None) -> Mapping[str, Any]:
+        """Run every sample of an ``.npz`` (one array per input name, samples along axis 0)."""
+        ...
+
+    def benchmark(self, __model: Any, *, target: Optional[str] = None, precision: Optional[str] = None,
+                  runs: int = 100, min_seconds: float = 1.0, warmup: int = 10,
+                  input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                  samples: bool = False) -> "BenchResult":
+        """Latency (and power where the runner measures it) of ``model``: one result type."""
+        ...
 
 
 class HostRunner:
@@ -145,40 +173,14 @@ class HostRunner:
         return res
 
 
-def remote_available() -> bool:
-    """True when the remote runner (``sdk.remote.Board``) is importable."""
-    try:
-        mod = importlib.import_module("sdk.remote")
-    except ImportError:
-        return False
-    if hasattr(mod, "Board"):
-        return True
-    try:
-        importlib.import_module("sdk.remote.board")
-        return True
-    except ImportError:
-        return False
-
-
-def _board_class():
-    mod = importlib.import_module("sdk.remote")
-    board = getattr(mod, "Board", None)
-    if board is None:
-        board = importlib.import_module("sdk.remote.board").Board
-    return board
-
-
-def open_runner(board: Union[str, Any]) -> Any:
+def open_runner(board: Union[str, Runner]) -> Runner:
     """The runner for ``board``: a runner object is returned as is; ``host:<target>`` is a
     :class:`HostRunner`; any other name is a :class:`sdk.remote.Board` (a context manager;
-    enter it to connect). Without the remote runner, ``local`` falls back to a HostRunner."""
+    enter it to connect; an unknown name raises :class:`~sdk.errors.UnknownBoardError`)."""
     if not isinstance(board, str):
         return board
     if board.startswith("host:"):
         return HostRunner(board.split(":", 1)[1] or "onnxruntime", name=board)
-    if remote_available():
-        return _board_class()(board)
-    if board in HOST_FALLBACK_BOARDS:
-        return HostRunner("onnxruntime", name=board)
-    raise UnknownBoardError(f"board '{board}' needs the remote runner (sdk.remote), which is not available here",
-                            "use --board local or --board host:<target>")
+    from ..remote.board import Board
+
+    return Board(board)
