@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 __all__ = ["histogram", "line_plot", "bar_chart", "nice_ticks", "PALETTE"]
 
@@ -94,11 +94,7 @@ def histogram(values: Sequence[float], title: str, xlabel: str, bins: int = 40,
         return _empty(title, "no samples")
     # a few far outliers (a GC pause, a page fault) would squeeze the histogram: cut at p99.9
     # when the maximum is far beyond it, and say how many samples were left out
-    cut = vals[min(len(vals) - 1, int(len(vals) * 0.995))]
-    if vals[-1] > cut + 0.5 * (cut - vals[0]) and len(vals) >= 200:
-        above = sum(1 for v in vals if v > cut)
-        vals = [v for v in vals if v <= cut]
-        title = f"{title} ({above} sample{'s' if above > 1 else ''} above {_fmt(cut)} not shown)"
+    vals, title = _cut_outliers(vals, title)
     lo, hi = vals[0], vals[-1]
     if hi == lo:
         lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
@@ -115,6 +111,22 @@ def histogram(values: Sequence[float], title: str, xlabel: str, bins: int = 40,
             x0, x1 = f.x(lo + i * width), f.x(lo + (i + 1) * width)
             out.append(f'<rect class="bar" x="{x0:.1f}" y="{f.y(c):.1f}" width="{max(0.5, x1 - x0 - 0.5):.1f}" '
                        f'height="{f.y(0) - f.y(c):.1f}" fill="{PALETTE[0]}"/>')
+    out += _marks_svg(f, marks)
+    return "\n".join(out + ["</svg>"])
+
+
+def _cut_outliers(vals: List[float], title: str) -> Tuple[List[float], str]:
+    """``vals`` (sorted) without far outliers, and the title saying how many were cut."""
+    cut = vals[min(len(vals) - 1, int(len(vals) * 0.995))]
+    if vals[-1] > cut + 0.5 * (cut - vals[0]) and len(vals) >= 200:
+        above = sum(1 for v in vals if v > cut)
+        vals = [v for v in vals if v <= cut]
+        title = f"{title} ({above} sample{'s' if above > 1 else ''} above {_fmt(cut)} not shown)"
+    return vals, title
+
+
+def _marks_svg(f: _Frame, marks: Sequence[Tuple[str, float]]) -> List[str]:
+    out = []
     for i, (label, v) in enumerate(marks):
         if v is None or not (f.x0 <= v <= f.x1):
             continue
@@ -124,7 +136,54 @@ def histogram(values: Sequence[float], title: str, xlabel: str, bins: int = 40,
                    f'stroke-dasharray="4 3"/>')
         out.append(f'<text x="{x + 3:.1f}" y="{f.top + 12 + 12 * i}" font-size="11" fill="{color}">'
                    f'{escape(label)} {escape(_fmt(v))}</text>')
-    return "\n".join(out + ["</svg>"])
+    return out
+
+
+def _finite(x: Any, y: Any) -> bool:
+    return x is not None and y is not None and math.isfinite(float(x)) and math.isfinite(float(y))
+
+
+def _y_range(ys: Sequence[float], ylim: Optional[Tuple[float, float]]) -> Tuple[float, float]:
+    """``ylim``, else the data's range padded by 8 % (from 0 when the data is positive and near it)."""
+    if ylim:
+        return ylim
+    y0, y1 = min(ys), max(ys)
+    pad = (y1 - y0) * 0.08 or (abs(y1) * 0.1 or 1.0)
+    return (0.0 if y0 >= 0 and y0 - pad < 0 else y0 - pad), y1 + pad
+
+
+def _spans_svg(f: _Frame, spans: Sequence[Tuple[str, float, float, str]]) -> List[str]:
+    out = []
+    for label, a, b, color in spans:
+        xa, xb = f.x(max(a, f.x0)), f.x(min(b, f.x1))
+        out.append(f'<rect class="span" x="{xa:.1f}" y="{f.top}" width="{max(1.0, xb - xa):.1f}" height="{f.ph}" '
+                   f'fill="{color}" fill-opacity="0.15"/>')
+        out.append(f'<text x="{xa + 3:.1f}" y="{f.top + f.ph - 6}" font-size="11" fill="{color}">{escape(label)}</text>')
+    return out
+
+
+def _series_svg(f: _Frame, color: str, xs: Sequence[float], ys: Sequence[float], markers: bool) -> List[str]:
+    """One polyline (thinned past 4000 points), with a circle per point when ``markers``."""
+    p = [(f.x(x), f.y(min(max(y, f.y0), f.y1))) for x, y in zip(xs, ys) if _finite(x, y)]
+    if not p:
+        return []
+    if len(p) > 4000:  # keep the file small: thin very long traces
+        p = p[::len(p) // 2000]
+    d = " ".join(f"{x:.1f},{y:.1f}" for x, y in p)
+    out = [f'<polyline class="series" points="{d}" fill="none" stroke="{color}" stroke-width="1.5"/>']
+    if markers:
+        out.extend(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"/>' for x, y in p)
+    return out
+
+
+def _legend_svg(f: _Frame, labels: Sequence[str]) -> List[str]:
+    out = []
+    for i, label in enumerate(labels):
+        lx = f.left + (i % 5) * 105
+        ly = 36 + (i // 5) * 13
+        out.append(f'<rect x="{lx}" y="{ly - 8}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
+        out.append(f'<text x="{lx + 14}" y="{ly + 1}" font-size="11">{escape(label)}</text>')
+    return out
 
 
 def line_plot(series: Sequence[Tuple[str, Sequence[float], Sequence[float]]], title: str, xlabel: str, ylabel: str,
@@ -132,17 +191,12 @@ def line_plot(series: Sequence[Tuple[str, Sequence[float], Sequence[float]]], ti
               ylim: Optional[Tuple[float, float]] = None, xticks: Optional[Sequence[float]] = None) -> str:
     """One polyline per ``(label, xs, ys)``; ``spans`` shade x ranges ``(label, x0, x1, color)``
     (e.g. the idle and measured windows of a power trace)."""
-    pts = [(x, y) for _, xs, ys in series for x, y in zip(xs, ys)
-           if x is not None and y is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
+    pts = [(x, y) for _, xs, ys in series for x, y in zip(xs, ys) if _finite(x, y)]
     if not pts:
         return _empty(title, "no data")
     xs_all = [p[0] for p in pts] + [s[1] for s in spans] + [s[2] for s in spans]
-    ys_all = [p[1] for p in pts]
     x0, x1 = min(xs_all), max(xs_all)
-    y0, y1 = ylim if ylim else (min(ys_all), max(ys_all))
-    pad = (y1 - y0) * 0.08 or (abs(y1) * 0.1 or 1.0)
-    if not ylim:
-        y0, y1 = (0.0 if y0 >= 0 and y0 - pad < 0 else y0 - pad), y1 + pad
+    y0, y1 = _y_range([p[1] for p in pts], ylim)
     f = _Frame(x0, x1, y0, y1)
     if len(series) > 1:  # room for the legend rows above the plot
         extra = 13 * ((len(series) - 1) // 5)
@@ -150,30 +204,11 @@ def line_plot(series: Sequence[Tuple[str, Sequence[float], Sequence[float]]], ti
         f.ph -= extra
     xt = list(xticks) if xticks is not None else [t for t in nice_ticks(x0, x1) if x0 <= t <= x1]
     out = _open(title) + _axes(f, xt, [t for t in nice_ticks(y0, y1, 4) if y0 <= t <= y1], xlabel, ylabel)
-    for label, a, b, color in spans:
-        xa, xb = f.x(max(a, f.x0)), f.x(min(b, f.x1))
-        out.append(f'<rect class="span" x="{xa:.1f}" y="{f.top}" width="{max(1.0, xb - xa):.1f}" height="{f.ph}" '
-                   f'fill="{color}" fill-opacity="0.15"/>')
-        out.append(f'<text x="{xa + 3:.1f}" y="{f.top + f.ph - 6}" font-size="11" fill="{color}">{escape(label)}</text>')
-    for i, (label, xs, ys) in enumerate(series):
-        color = PALETTE[i % len(PALETTE)]
-        p = [(f.x(x), f.y(min(max(y, f.y0), f.y1))) for x, y in zip(xs, ys)
-             if x is not None and y is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
-        if not p:
-            continue
-        if len(p) > 4000:  # keep the file small: thin very long traces
-            step = len(p) // 2000
-            p = p[::step]
-        d = " ".join(f"{x:.1f},{y:.1f}" for x, y in p)
-        out.append(f'<polyline class="series" points="{d}" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        if markers:
-            out.extend(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"/>' for x, y in p)
+    out += _spans_svg(f, spans)
+    for i, (_label, xs, ys) in enumerate(series):
+        out += _series_svg(f, PALETTE[i % len(PALETTE)], xs, ys, markers)
     if len(series) > 1:
-        for i, (label, _, _) in enumerate(series):
-            lx = f.left + (i % 5) * 105
-            ly = 36 + (i // 5) * 13
-            out.append(f'<rect x="{lx}" y="{ly - 8}" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
-            out.append(f'<text x="{lx + 14}" y="{ly + 1}" font-size="11">{escape(label)}</text>')
+        out += _legend_svg(f, [label for label, _, _ in series])
     return "\n".join(out + ["</svg>"])
 
 

@@ -74,36 +74,15 @@ def parse_config(options: Mapping[str, Any]) -> InterpreterConfig:
     ``delegate``: a path or a list of paths; ``delegate_options``: a dict (JSON text accepted),
     or a list of dicts aligned with the paths.
     """
-    threads = options.get("threads")
-    if threads is not None:
-        try:
-            threads = int(threads)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"option threads={threads!r} is not an integer") from exc
-        if threads < 1:
-            raise InputError("option threads must be >= 1")
+    threads = _threads(options.get("threads"))
     xnnpack = _as_bool("xnnpack", options.get("xnnpack", True))
     qio = str(options.get("quantized_io") or "float").lower()
     if qio not in QUANTIZED_IO:
         raise InputError(f"option quantized_io={qio!r} is not one of: {', '.join(QUANTIZED_IO)}",
                          "float: pass and get float32 (quantised with scale/zero-point); raw: the model's integers")
-    paths = _as_json("delegate", options.get("delegate"))
-    if paths is None or paths == "" or paths == []:
-        paths = []
-    elif isinstance(paths, str):
-        paths = [p for p in paths.split(",") if p.strip()] if "," in paths else [paths]
-    elif not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
-        raise InputError(f"option delegate={paths!r} must be a path or a list of paths")
+    paths = _delegate_paths(_as_json("delegate", options.get("delegate")))
     dopts = _as_json("delegate_options", options.get("delegate_options"))
-    if dopts is None or dopts == "":
-        dopts_list: List[Dict[str, Any]] = [{} for _ in paths]
-    elif isinstance(dopts, dict):
-        dopts_list = [dict(dopts) for _ in paths]
-    elif isinstance(dopts, (list, tuple)) and all(isinstance(d, dict) for d in dopts):
-        dopts_list = [dict(d) for d in dopts]
-    else:
-        raise InputError("option delegate_options must be a JSON object (or a list of them, one per delegate)",
-                         'e.g. -o delegate_options=\'{"device": ":0"}\'')
+    dopts_list = _delegate_options(dopts, len(paths))
     if dopts and not paths:
         raise InputError("option delegate_options was given without a delegate", "add -o delegate=/path/to/lib.so")
     if len(dopts_list) != len(paths):
@@ -116,6 +95,41 @@ def parse_config(options: Mapping[str, Any]) -> InterpreterConfig:
     runtime = options.get("runtime")
     return InterpreterConfig(threads, xnnpack, delegates, qio, str(signature) if signature else None,
                              str(runtime) if runtime else None)
+
+
+def _threads(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        threads = int(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"option threads={value!r} is not an integer") from exc
+    if threads < 1:
+        raise InputError("option threads must be >= 1")
+    return threads
+
+
+def _delegate_paths(paths: Any) -> List[str]:
+    """``delegate``: nothing, a path, comma-separated paths or a list of paths -> a list."""
+    if paths is None or paths == "" or paths == []:
+        return []
+    if isinstance(paths, str):
+        return [p for p in paths.split(",") if p.strip()] if "," in paths else [paths]
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+        raise InputError(f"option delegate={paths!r} must be a path or a list of paths")
+    return list(paths)
+
+
+def _delegate_options(dopts: Any, n_paths: int) -> List[Dict[str, Any]]:
+    """``delegate_options``: nothing, one dict for every delegate, or a list of dicts."""
+    if dopts is None or dopts == "":
+        return [{} for _ in range(n_paths)]
+    if isinstance(dopts, dict):
+        return [dict(dopts) for _ in range(n_paths)]
+    if isinstance(dopts, (list, tuple)) and all(isinstance(d, dict) for d in dopts):
+        return [dict(d) for d in dopts]
+    raise InputError("option delegate_options must be a JSON object (or a list of them, one per delegate)",
+                     'e.g. -o delegate_options=\'{"device": ":0"}\'')
 
 
 def _opt_text(v: Any) -> str:
