@@ -355,14 +355,9 @@ def _subset(src: Any, ref_sess: Any, n: int):
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(data, indent=2, default=_json_default) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    from ..atomic import atomic_write
+
+    atomic_write(path, json.dumps(data, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o: Any) -> Any:

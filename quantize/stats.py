@@ -348,18 +348,10 @@ class CalibrationStats:
 
     def save(self, path) -> None:
         """Write atomically (``.npz``)."""
-        import os
-        from pathlib import Path
+        from ..atomic import atomic_path
 
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp{os.getpid()}.npz")
-        try:
+        with atomic_path(path, suffix=".npz") as tmp:
             np.savez(tmp, **self.to_arrays())
-            os.replace(tmp, p)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
 
     @classmethod
     def load(cls, path) -> "CalibrationStats":

@@ -146,16 +146,9 @@ class Model:
 
     def save(self, path: PathLike) -> "Model":
         """Write the model to ``path`` atomically and return a Model backed by that file."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        try:
-            tmp.write_bytes(self.to_bytes())
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        return Model(path, format=self.format)
+        from .atomic import atomic_write
+
+        return Model(atomic_write(path, self.to_bytes()), format=self.format)
 
     def derive(self, proto: Any) -> "Model":
         """A new in-memory model of the same format from a transformed proto."""

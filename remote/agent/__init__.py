@@ -25,8 +25,8 @@ __all__ = ["build_zipapp", "agent_sources", "AGENT_PREFIX", "CORE_MODULES"]
 
 AGENT_PREFIX = "edgesdk-agent-"
 #: Core modules of ``sdk`` the board needs (the CLI and host-only modules stay home).
-CORE_MODULES = ("__init__", "_lazy", "registry", "errors", "tensors", "stats", "result", "bench", "data", "probe",
-                "hostinfo", "preprocess", "metrics", "model")
+CORE_MODULES = ("__init__", "_lazy", "registry", "atomic", "errors", "tensors", "stats", "result", "bench",
+                "data", "probe", "hostinfo", "preprocess", "metrics", "model")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _SHEBANG = b"#!/usr/bin/env python3\n"
 _MAIN = (
@@ -103,12 +103,6 @@ def build_zipapp(dest_dir: Union[str, "os.PathLike[str]"]) -> Path:
     path = dest / ("%s%s.pyz" % (AGENT_PREFIX, digest))
     if path.is_file() and path.stat().st_size == len(data):
         return path
-    tmp = dest / (".%s.tmp%d" % (path.name, os.getpid()))
-    try:
-        tmp.write_bytes(data)
-        os.chmod(str(tmp), 0o755)
-        os.replace(str(tmp), str(path))
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    from ...atomic import atomic_write
+
+    return atomic_write(path, data, mode=0o755)

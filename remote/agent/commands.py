@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import __version__
+from ...atomic import atomic_path
 from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
 from ...probe import module_installed
 
@@ -310,15 +311,8 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
             n = 1
             check_feed(arrays, specs, source=src.name)
             outputs = {k: np.asarray(v) for k, v in session.run(arrays).items()}
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(".%s.tmp%d" % (dst.name, os.getpid()))
-    try:
-        with open(str(tmp), "wb") as f:
-            np.savez(f, **outputs)
-        os.replace(str(tmp), str(dst))
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_path(dst) as tmp, open(str(tmp), "wb") as f:
+        np.savez(f, **outputs)
     return {"outputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()],
             "samples": n, "batched": batched, "outputs_npz": str(dst), "target": tgt.name, "precision": precision,
             "model": {"path": str(model.path), "sha256": model.sha256}}

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -56,11 +55,9 @@ def write_json(path: Optional[str], data: Any) -> None:
     if path in (None, "-"):
         sys.stdout.write(text + "\n")
         return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    from ..atomic import atomic_write
+
+    atomic_write(path, text + "\n")
 
 
 def fmt_ms(v: Optional[float]) -> str:

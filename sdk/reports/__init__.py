@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any, Union
 
 __all__ = ["write_json", "to_jsonable"]
@@ -37,8 +36,6 @@ def write_json(path: Union[str, os.PathLike], data: Any) -> None:
     if str(path) == "-":
         sys.stdout.write(text)
         return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
+    from ..atomic import atomic_write
+
+    atomic_write(path, text)

@@ -151,11 +151,9 @@ class ValidationResult:
 
 
 def _write_text(path: Union[str, os.PathLike], text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
+    from ..atomic import atomic_write
+
+    atomic_write(path, text)
 
 
 def classifier_output(outputs: Dict[str, np.ndarray]) -> Optional[str]:

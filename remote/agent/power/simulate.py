@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+from ....atomic import atomic_write
+
 __all__ = ["SineRail", "SimulatedBoard", "write_fake_tegrastats", "LAYOUTS", "DEFAULT_RAILS"]
 
 LABEL = "SIMULATION (edgesdk fake power sensor; not a measurement)"
@@ -65,10 +67,7 @@ LAYOUTS = tuple(_LAYOUT_METHODS)
 
 def _write(path: Path, text: str) -> None:
     """Write atomically (temp file + rename), so a reader never sees half a value."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".%s.sim%d" % (path.name, threading.get_ident()))
-    tmp.write_text(text)
-    os.replace(str(tmp), str(path))
+    atomic_write(path, text)
 
 
 class SimulatedBoard:
