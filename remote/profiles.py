@@ -20,11 +20,11 @@ Passwords are never accepted: keys or ssh-agent only.
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ..config import check_keys, load_toml
 from ..errors import ConfigError, UnknownBoardError
 
 __all__ = [
@@ -115,28 +115,14 @@ _TABLES: Dict[str, Tuple[type, Dict[str, Any]]] = {
 _FORBIDDEN = {"password", "passphrase"}
 
 
-def _toml():
-    if sys.version_info >= (3, 11):
-        import tomllib  # novermin (3.11+, guarded)
-        return tomllib
-    try:
-        import tomli
-    except ImportError as exc:  # pragma: no cover - a dependency on 3.9/3.10
-        from ..errors import MissingDependencyError
-
-        raise MissingDependencyError("reading board profiles", "tomli", "pip install tomli") from exc
-    return tomli
-
-
 def _check_keys(where: str, data: Mapping[str, Any], allowed: Mapping[str, Any], src: str) -> None:
     for key, value in data.items():
         if key in _FORBIDDEN:
             raise ConfigError(f"{src}: '{where}{key}' is not allowed: passwords are never stored in profiles",
                               "use a key (identity_file) or ssh-agent")
-        if key not in allowed:
-            raise ConfigError(f"{src}: unknown key '{where}{key}'",
-                              f"allowed {('in [' + where.rstrip('.') + ']') if where else 'at the top'}: "
-                              f"{', '.join(sorted(allowed))}")
+    check_keys(data, allowed, f"{src}: unknown key '{where}{{key}}'",
+               f"allowed {('in [' + where.rstrip('.') + ']') if where else 'at the top'}")
+    for key, value in data.items():
         want = allowed[key]
         if isinstance(value, bool) or not isinstance(value, want):
             wname = " or ".join(t.__name__ for t in want) if isinstance(want, tuple) else want.__name__
@@ -186,13 +172,7 @@ def _target_tables(runtime: Dict[str, Any], source: str) -> Dict[str, Any]:
 def load_profile(path: os.PathLike) -> BoardProfile:
     """Read one profile file (``name`` defaults to the file's stem)."""
     p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            data = _toml().load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read board profile '{p}': {exc.strerror or exc}") from exc
-    except ValueError as exc:  # tomllib.TOMLDecodeError derives from ValueError
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from exc
+    data = load_toml(p, f"board profile '{p}'", "reading board profiles")
     return parse_profile(data, source=str(p), default_name=p.stem)
 
 

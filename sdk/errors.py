@@ -126,11 +126,11 @@ class UnknownNameError(ConfigError):
     @classmethod
     def for_name(cls, family: str, name: str, known: Sequence[str] = (), suggestion: Optional[str] = None,
                  known_label: Optional[str] = None) -> "UnknownNameError":
-        """``unknown <family> '<name>' (did you mean '<suggestion>'? <known_label>: a, b, c)``."""
+        """``unknown <family> '<name>' (<known_label>: a, b, c; did you mean '<suggestion>'?)``."""
         label = known_label if known_label is not None else "known %ss" % family
         hint = "%s: %s" % (label, ", ".join(known) or "none")
         if suggestion:
-            hint = "did you mean '%s'? %s" % (suggestion, hint)
+            hint = "%s; did you mean '%s'?" % (hint, suggestion)
         err = cls("unknown %s '%s'" % (family, name), hint)
         err.name, err.known, err.suggestion = name, list(known), suggestion
         return err

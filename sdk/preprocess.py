@@ -96,10 +96,9 @@ class PreprocessSpec:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "PreprocessSpec":
-        allowed = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise ConfigError(f"unknown preprocess key(s): {', '.join(unknown)}", f"allowed: {', '.join(sorted(allowed))}")
+        from .config import check_keys
+
+        check_keys(data, cls.__dataclass_fields__, "unknown preprocess key(s): {keys}")
         if "size" not in data:
             raise ConfigError("preprocess needs 'size' (height, width)")
         return cls(**data)

@@ -503,17 +503,9 @@ def parse_preprocess(items: Optional[Sequence[str]]) -> Any:
 
 
 def _read_toml(p: Path) -> Dict[str, Any]:
-    try:
-        import tomllib  # type: ignore[import-not-found]  # novermin (guarded: Python 3.11+)
-    except ImportError:  # Python < 3.11
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError as exc:
-            raise MissingDependencyError("preprocess spec files", "tomli", "pip install tomli") from exc
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read preprocess spec '{p}': {exc}") from exc
+    from .config import load_toml
+
+    data = load_toml(p, f"preprocess spec '{p}'", "preprocess spec files")
     if "preprocess" in data and isinstance(data["preprocess"], dict):
         data = data["preprocess"]
     return dict(data)

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from .errors import ConfigError, InputError, MissingDependencyError
+from .config import check_keys
+from .errors import ConfigError, InputError
 
 __all__ = ["ValidationSpec", "load_spec", "parse_spec", "check_version", "SPEC_KEYS"]
 
@@ -128,17 +129,9 @@ class ValidationSpec:
 
 
 def _toml_loads(text: str, where: str) -> Dict[str, Any]:
-    try:
-        import tomllib  # Python 3.11+
-    except ImportError:  # pragma: no cover - Python < 3.11
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError as exc:
-            raise MissingDependencyError("reading TOML specs", "tomli", "pip install tomli") from exc
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{where} is not valid TOML: {exc}") from exc
+    from .config import loads_toml
+
+    return loads_toml(text, where, "reading TOML specs")
 
 
 def load_spec(path: Union[str, Path]) -> ValidationSpec:
@@ -156,9 +149,7 @@ def _allowed(keys) -> str:
 def parse_spec(data: Mapping[str, Any], source: Optional[str] = None) -> ValidationSpec:
     """Check a spec given as nested dicts (what TOML gives) and return a :class:`ValidationSpec`."""
     where = f"spec '{source}'" if source else "spec"
-    unknown = sorted(set(data) - set(SPEC_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown section [{unknown[0]}]", f"allowed sections: {_allowed(SPEC_KEYS)}")
+    check_keys(data, SPEC_KEYS, where + ": unknown section [{key}]", "allowed sections")
     sections: Dict[str, Dict[str, Any]] = {}
     for name, table in data.items():
         if not isinstance(table, Mapping):
@@ -167,9 +158,8 @@ def parse_spec(data: Mapping[str, Any], source: Optional[str] = None) -> Validat
             continue
         allowed = SPEC_KEYS[name]
         out: Dict[str, Any] = {}
+        check_keys(table, allowed, where + ": unknown key '{key}' in [" + name + "]", "allowed keys")
         for key, value in table.items():
-            if key not in allowed:
-                raise ConfigError(f"{where}: unknown key '{key}' in [{name}]", f"allowed keys: {_allowed(allowed)}")
             types, _doc = allowed[key]
             if types is None:
                 if not isinstance(value, Mapping):

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import __version__
 from ...atomic import atomic_path
+from ...config import check_keys
 from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
 from ...probe import module_installed
 
@@ -37,10 +38,7 @@ _INSTALL_NUMPY = "pip3 install numpy (or: sudo apt install python3-numpy)"
 def _check_keys(request: Mapping[str, Any], command: str, allowed: Sequence[str], required: Sequence[str] = ()) -> None:
     if not isinstance(request, Mapping):
         raise ConfigError("the %s request must be a JSON object" % command)
-    unknown = sorted(set(request) - set(allowed))
-    if unknown:
-        raise ConfigError("unknown key(s) in the %s request: %s" % (command, ", ".join(unknown)),
-                          "allowed: %s" % ", ".join(allowed))
+    check_keys(request, allowed, "unknown key(s) in the %s request: {keys}" % command)
     missing = [k for k in required if request.get(k) in (None, "")]
     if missing:
         raise ConfigError("the %s request needs %s" % (command, ", ".join(missing)))
