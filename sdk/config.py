@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Union
+from typing import Any, Dict, Iterable, List, Mapping, Union
 
 from .errors import ConfigError, MissingDependencyError
 from .registry import did_you_mean
@@ -50,7 +50,7 @@ def load_toml(path: Union[str, "Path"], where: str = "", what: str = "reading TO
     return loads_toml(text, where, what)
 
 
-def unknown_keys(data: Mapping[str, Any], allowed: Iterable[str]) -> list:
+def unknown_keys(data: Mapping[str, Any], allowed: Iterable[str]) -> List[str]:
     """The keys of ``data`` not in ``allowed``, sorted."""
     known = set(allowed)
     return sorted(k for k in data if k not in known)

@@ -20,7 +20,7 @@ Feed = Dict[str, np.ndarray]
 __all__ = ["Feed", "random_feed", "load_feeds", "iter_feeds", "check_feed"]
 
 
-def _rng_array(rng: np.random.Generator, shape, dtype: np.dtype) -> np.ndarray:
+def _rng_array(rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
     if dtype == np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if np.issubdtype(dtype, np.integer):
@@ -68,12 +68,12 @@ def check_feed(feed: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], sour
             raise InputError(f"{source}: '{name}' is not a model input", f"model inputs: {', '.join(names)}")
 
 
-def load_feeds(path: Union[str, os.PathLike], specs: Sequence[TensorSpec]) -> List[Feed]:
+def load_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec]) -> List[Feed]:
     """All feeds of one ``.npy``/``.npz`` file (see :func:`iter_feeds`), as a list."""
     return list(iter_feeds(path, specs))
 
 
-def iter_feeds(path: Union[str, os.PathLike], specs: Sequence[TensorSpec], batch_axis: bool = False) -> Iterator[Feed]:
+def iter_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], batch_axis: bool = False) -> Iterator[Feed]:
     """Yield feeds from a ``.npy``/``.npz`` file, or every such file in a directory (sorted).
 
     - ``.npy``: one array for a single-input model.

@@ -6,7 +6,7 @@ Runs on the board too: Python 3.8, NumPy only.
 from __future__ import annotations
 
 import math
-from typing import Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -15,7 +15,7 @@ from .errors import InputError
 __all__ = ["cosine_similarity", "snr_db", "max_abs_error", "top1_agreement", "compare_outputs"]
 
 
-def _pair(ref, out):
+def _pair(ref: Any, out: Any) -> Tuple[np.ndarray, np.ndarray]:
     ref = np.asarray(ref, dtype=np.float64)
     out = np.asarray(out, dtype=np.float64)
     if ref.shape != out.shape:
@@ -23,7 +23,7 @@ def _pair(ref, out):
     return ref, out
 
 
-def cosine_similarity(ref, out) -> float:
+def cosine_similarity(ref: Any, out: Any) -> float:
     """Cosine of the flattened arrays; 1.0 when both are all zeros."""
     ref, out = _pair(ref, out)
     a, b = ref.ravel(), out.ravel()
@@ -35,7 +35,7 @@ def cosine_similarity(ref, out) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
-def snr_db(ref, out) -> float:
+def snr_db(ref: Any, out: Any) -> float:
     """Signal-to-noise ratio in dB: 10*log10(sum(ref^2) / sum((ref-out)^2)); inf when identical."""
     ref, out = _pair(ref, out)
     noise = float(np.sum((ref - out) ** 2))
@@ -47,12 +47,12 @@ def snr_db(ref, out) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
-def max_abs_error(ref, out) -> float:
+def max_abs_error(ref: Any, out: Any) -> float:
     ref, out = _pair(ref, out)
     return float(np.max(np.abs(ref - out))) if ref.size else 0.0
 
 
-def top1_agreement(ref, out, axis: int = -1) -> float:
+def top1_agreement(ref: Any, out: Any, axis: int = -1) -> float:
     """Fraction of rows whose argmax along ``axis`` agrees (for classifier logits/probabilities)."""
     ref, out = _pair(ref, out)
     return float(np.mean(np.argmax(ref, axis=axis) == np.argmax(out, axis=axis)))

@@ -18,7 +18,7 @@ __all__ = ["Model", "ModelInfo"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class ModelInfo(dict):
+class ModelInfo(Dict[str, Any]):
     """What ``Model.inspect()`` found, as a plain dict (JSON-ready). Keys: ``path``, ``format``,
     ``sha256``, ``size_bytes``, ``inputs``, ``outputs``, ``ops`` (op type -> count), ``params``,
     ``param_bytes``, ``macs``; ONNX adds ``opset``, ``ir_version``, ``producer``; formats may add more."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,8 +44,8 @@ class PreprocessSpec:
     dtype: str = "float32"
     pad_value: int = 114
 
-    def __post_init__(self):
-        def fail(key, value, allowed):
+    def __post_init__(self) -> None:
+        def fail(key: str, value: Any, allowed: Sequence[str]) -> None:
             raise ConfigError(f"preprocess {key} '{value}' is not valid", f"use one of: {', '.join(allowed)}")
 
         if len(self.size) != 2 or any(int(s) <= 0 for s in self.size):
@@ -120,7 +120,8 @@ def _resize_bilinear(img: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
     f = img.astype(np.float32)
     top = f[y0][:, x0] * (1 - wx) + f[y0][:, x1] * wx
     bot = f[y1][:, x0] * (1 - wx) + f[y1][:, x1] * wx
-    return top * (1 - wy) + bot * wy
+    out: np.ndarray = top * (1 - wy) + bot * wy
+    return out
 
 
 def preprocess_reference(image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
@@ -193,7 +194,7 @@ def _scratch_u8(h: int, w: int) -> np.ndarray:
     return buf
 
 
-def _resize_u8(cv2, image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
+def _resize_u8(cv2: Any, image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
     """The resized (or letterboxed) uint8 image, in a reused buffer."""
     h, w = spec.size
     buf = _scratch_u8(h, w)
@@ -219,7 +220,7 @@ def _resize_u8(cv2, image: np.ndarray, spec: PreprocessSpec) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=32)
-def _affine(spec: PreprocessSpec):
+def _affine(spec: PreprocessSpec) -> Tuple[List[np.float32], List[np.float32]]:
     """Per output channel (scale, shift) with (x - mean) / std == x * scale - shift, float32."""
     std = np.asarray(spec.std, np.float64)
     mean = np.asarray(spec.mean, np.float64)
@@ -227,7 +228,7 @@ def _affine(spec: PreprocessSpec):
 
 
 @functools.lru_cache(maxsize=32)
-def _luts(spec: PreprocessSpec):
+def _luts(spec: PreprocessSpec) -> List[np.ndarray]:
     """Per output channel 256-entry tables: pixel value -> normalised value in ``spec.dtype``."""
     v = np.arange(256, dtype=np.float32)
     return [_cast((v - np.float32(m)) / np.float32(s), spec.dtype) for m, s in zip(spec.mean, spec.std)]
@@ -251,5 +252,6 @@ def _check_image(image: np.ndarray) -> np.ndarray:
 def _cast(arr: np.ndarray, dtype: str) -> np.ndarray:
     if dtype in ("uint8", "int8"):
         info = np.iinfo(dtype)
-        return np.clip(np.rint(arr), info.min, info.max).astype(dtype)
+        clipped: np.ndarray = np.clip(np.rint(arr), info.min, info.max).astype(dtype)
+        return clipped
     return np.ascontiguousarray(arr.astype(dtype, copy=False))

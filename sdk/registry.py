@@ -159,7 +159,7 @@ def _entry_points(group: str) -> List[Any]:
     must not break a registry, so errors give an empty list."""
     try:
         from importlib.metadata import entry_points
-        eps = entry_points()
+        eps: Any = entry_points()
         found = eps.select(group=group) if hasattr(eps, "select") else eps.get(group, [])
         return [(ep.name, ep.value) for ep in found]
     except Exception:  # a registry lookup must work without plugins

@@ -102,7 +102,7 @@ class ImageFolderSource(Source):
 
     description = "image folder"
 
-    def __init__(self, folder: Union[str, os.PathLike], spec: Any, specs: Sequence[TensorSpec],
+    def __init__(self, folder: Union[str, "os.PathLike[str]"], spec: Any, specs: Sequence[TensorSpec],
                  input_name: Optional[str] = None, check: bool = True, limit: Optional[int] = None):
         super().__init__(specs, check)
         self.folder = Path(folder)
@@ -165,7 +165,7 @@ def _image_files(folder: Path) -> List[Path]:
     return files
 
 
-def _cv2(feature: str):
+def _cv2(feature: str) -> Any:
     try:
         import cv2
     except ImportError as exc:
@@ -188,7 +188,7 @@ class _NpyRows:
     def where(self) -> str:
         return f"{self.path}[{self.member}]" if self.member else str(self.path)
 
-    def _open(self):
+    def _open(self) -> Any:
         if self.member is None:
             return open(self.path, "rb")
         zf = zipfile.ZipFile(self.path)
@@ -225,26 +225,27 @@ class _NpyRows:
 
 
 class _ZipMember:
-    def __init__(self, zf, member):
+    def __init__(self, zf: zipfile.ZipFile, member: Any) -> None:
         self.zf, self.member = zf, member
 
-    def read(self, n=-1):
-        return self.member.read(n)
+    def read(self, n: int = -1) -> bytes:
+        return bytes(self.member.read(n))
 
-    def __enter__(self):
+    def __enter__(self) -> "_ZipMember":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.member.close()
         self.zf.close()
 
 
 def _load_member(path: Path, member: str) -> np.ndarray:
     with np.load(path, allow_pickle=False) as npz:
-        return npz[member]
+        arr: np.ndarray = npz[member]
+        return arr
 
 
-def _read_npy_header(f, where: str):
+def _read_npy_header(f: Any, where: str) -> Tuple[Tuple[int, ...], bool, np.dtype, Optional[int]]:
     fmt = np.lib.format
     try:
         version = fmt.read_magic(f)
@@ -266,7 +267,7 @@ class ArraySource(Source):
 
     description = "arrays"
 
-    def __init__(self, path: Union[str, os.PathLike], specs: Sequence[TensorSpec], check: bool = True,
+    def __init__(self, path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], check: bool = True,
                  label_key: Optional[str] = None, limit: Optional[int] = None):
         super().__init__(specs, check)
         self.path = Path(path)
@@ -445,7 +446,7 @@ def default_preprocess(specs: Sequence[TensorSpec]) -> Any:
         raise InputError(f"cannot derive image preprocessing from input '{s.name}' {format_shape(shape)}",
                          "pass --preprocess size=HxW (and mean/std/layout)")
     dtype = s.dtype if s.dtype in ("float32", "float16", "uint8", "int8") else "float32"
-    return PreprocessSpec(size=hw, layout=layout, dtype=dtype)
+    return PreprocessSpec(size=(int(hw[0]), int(hw[1])), layout=layout, dtype=dtype)  # type: ignore[arg-type]
 
 
 def batched(samples: Iterable[Sample], batch_size: int) -> Iterator[Tuple[Feed, List[Optional[np.ndarray]], int]]:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from .config import check_keys
 from .errors import ConfigError, InputError
@@ -142,7 +142,7 @@ def load_spec(path: Union[str, Path]) -> ValidationSpec:
     return parse_spec(_toml_loads(p.read_text(encoding="utf-8"), f"spec '{p}'"), source=str(p))
 
 
-def _allowed(keys) -> str:
+def _allowed(keys: Iterable[str]) -> str:
     return ", ".join(sorted(keys))
 
 

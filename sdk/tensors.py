@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import InputError
 
@@ -69,8 +69,8 @@ class TensorSpec:
                 )
         return tuple(out)
 
-    def to_dict(self) -> dict:
-        out = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+    def to_dict(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
         if self.quantization is not None:
             out["quantization"] = {"scale": self.quantization[0], "zero_point": self.quantization[1]}
         return out

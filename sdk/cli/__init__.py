@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 COMMAND_MODULES = [
     "sdk.cli.model_cmds",    # inspect
@@ -23,7 +23,7 @@ EXIT_FAILED = 1   # the job ran and its verdict is negative (a check failed, a b
 EXIT_ERROR = 2    # the job could not be done (bad input, missing file, unavailable runtime)
 
 
-def build_app():
+def build_app() -> Any:
     import typer
 
     app = typer.Typer(

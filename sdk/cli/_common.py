@@ -10,7 +10,7 @@ STATE: Dict[str, Any] = {"debug": False}
 _consoles: Dict[str, Any] = {}
 
 
-def console():
+def console() -> Any:
     if "out" not in _consoles:
         from rich.console import Console
 
@@ -18,7 +18,7 @@ def console():
     return _consoles["out"]
 
 
-def err_console():
+def err_console() -> Any:
     if "err" not in _consoles:
         from rich.console import Console
 

@@ -1,7 +1,7 @@
 """``sdk bench`` and ``sdk targets``."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -51,7 +51,7 @@ def bench_cmd(
     if any(":" in item for item in input_shape or []):
         if "input_shapes" not in target_class(target).default_options:
             raise InputError(f"target '{target}' takes no MIN:OPT:MAX shape profiles", "give one shape: NAME=1x3x640x640")
-        opts.setdefault("input_shapes", list(input_shape))
+        opts.setdefault("input_shapes", list(input_shape or []))
     if threads is not None:
         opts["threads"] = threads
     if provider:
@@ -83,7 +83,7 @@ def targets_cmd(
     from ..errors import EdgeSDKError
     from ._common import console, write_json
 
-    rows = []
+    rows: List[Dict[str, Any]] = []
     for name in target_names():
         try:
             cls = target_class(name)

@@ -1,7 +1,7 @@
 """``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -104,7 +104,7 @@ def quantize_cmd(
         c.print(f"wrote report: {report}")
 
 
-def _progress(console):
+def _progress(console: Any) -> Callable[..., None]:
     """A rich progress bar over calibration samples (and sensitivity layers)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -113,7 +113,7 @@ def _progress(console):
     tasks = {}
     started = [False]
 
-    def update(stage: str, done: int, total) -> None:
+    def update(stage: str, done: int, total: Optional[int]) -> None:
         if not started[0]:
             bar.start()
             started[0] = True

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -79,7 +79,7 @@ def boards_show_cmd(
     console().print(t)
 
 
-def _flatten(prefix: str, value: Any, rows: List[tuple]) -> None:
+def _flatten(prefix: str, value: Any, rows: List[Tuple[str, Any]]) -> None:
     if isinstance(value, dict):
         if not value:
             rows.append((prefix, "-"))
@@ -109,7 +109,7 @@ def boards_check_cmd(
         return
     from rich.table import Table
 
-    rows: List[tuple] = []
+    rows: List[Tuple[str, Any]] = []
     _flatten("", {k: v for k, v in facts.items() if k != "board"}, rows)
     t = Table(title=f"{board.name} ({board.profile.connection.host})", show_header=False)
     t.add_column("fact")
@@ -128,7 +128,7 @@ class _Uploads:
         self.progress: Any = None
         self.tasks: Dict[str, Any] = {}
 
-    def callback(self, board: str):
+    def callback(self, board: str) -> Callable[[int, int], None]:
         def report(done: int, total: int) -> None:
             if total < LARGE_UPLOAD_BYTES:
                 return
@@ -202,7 +202,7 @@ def push_cmd(
     profiles = [get_profile(b) for b in dict.fromkeys(board)]   # unknown names fail before any connection
     uploads = _Uploads()
 
-    def job(b):
+    def job(b: Any) -> Any:
         b.progress = uploads.callback(b.name)
         return b.benchmark(model, target=target, precision=precision, runs=runs, min_seconds=min_seconds,
                            warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts)
@@ -229,7 +229,8 @@ def push_cmd(
             c.print(f"upload: {sent}")
         else:
             out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})
-            error_line(fr.error if str(fr.error).startswith(fr.board) else Exception(f"{fr.board}: {fr.error}"))
+            error_line(fr.error if fr.error is not None and str(fr.error).startswith(fr.board)
+                       else Exception(f"{fr.board}: {fr.error}"))
     if json_path:
         write_json(json_path, out)
     failed = [fr.board for fr in results if not fr.ok]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -66,11 +66,11 @@ def validate_cmd(
     raise typer.Exit(result.exit_code)
 
 
-def _num(v, fmt="{:.3g}") -> str:
+def _num(v: Any, fmt: str = "{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def _print_summary(result) -> None:
+def _print_summary(result: Any) -> None:
     from rich.table import Table
 
     from ._common import console, fmt_ms, noise_lines
@@ -155,7 +155,7 @@ def robustness_cmd(
     raise typer.Exit(0 if out["verdict"] == "pass" else 1)
 
 
-def _print_robustness(out) -> None:
+def _print_robustness(out: Any) -> None:
     from rich.table import Table
 
     from ._common import console

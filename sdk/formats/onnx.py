@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..model import Model
 
 
-def _onnx():
+def _onnx() -> Any:
     try:
         import onnx
     except ImportError as exc:  # pragma: no cover - onnx is a base dependency
@@ -25,12 +25,12 @@ def onnx_dtype_to_numpy(elem_type: int) -> str:
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, ValueError):
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+        return str(onnx.TensorProto.DataType.Name(elem_type)).lower()
 
 
-def _value_info_spec(vi) -> TensorSpec:
+def _value_info_spec(vi: Any) -> TensorSpec:
     t = vi.type.tensor_type
-    dims = []
+    dims: List[Any] = []
     if t.HasField("shape"):
         for d in t.shape.dim:
             if d.HasField("dim_value"):
@@ -42,7 +42,7 @@ def _value_info_spec(vi) -> TensorSpec:
     return TensorSpec(vi.name, tuple(dims), onnx_dtype_to_numpy(t.elem_type))
 
 
-def iter_nodes(graph) -> Iterator[Any]:
+def iter_nodes(graph: Any) -> Iterator[Any]:
     """Every node of ``graph``, including those in subgraphs (If/Loop/Scan bodies)."""
     for node in graph.node:
         yield node
@@ -80,7 +80,7 @@ class OnnxFormat(ModelFormat):
         return proto
 
     def serialize(self, model: "Model") -> bytes:
-        return model.proto.SerializeToString()
+        return bytes(model.proto.SerializeToString())
 
     def validate(self, model: "Model") -> None:
         onnx = _onnx()
@@ -209,14 +209,14 @@ def _static_shape(shapes: Dict[str, List[Any]], name: str) -> Optional[List[int]
     return s
 
 
-def _prod(xs) -> int:
+def _prod(xs: Sequence[Any]) -> int:
     out = 1
     for x in xs:
         out *= int(x)
     return out
 
 
-def estimate_macs(proto) -> "tuple[Optional[int], int]":
+def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
     """Multiply-accumulates of Conv, ConvTranspose, Gemm and MatMul from inferred shapes.
 
     Returns ``(macs, unknown)``: ``unknown`` counts such nodes whose shapes are not concrete
@@ -246,7 +246,7 @@ def estimate_macs(proto) -> "tuple[Optional[int], int]":
     return (total if counted else None), unknown
 
 
-def _node_macs(node, shapes) -> Optional[int]:
+def _node_macs(node: Any, shapes: Dict[str, List[Any]]) -> Optional[int]:
     attrs = {a.name: a for a in node.attribute}
     if node.op_type == "Conv":
         w, y = _static_shape(shapes, node.input[1]), _static_shape(shapes, node.output[0])

@@ -248,7 +248,7 @@ def signature_ports(interp: Any, signature: Optional[str]) -> Tuple[List[Tuple[s
 def _np_dtype(dtype: Any) -> str:
     import numpy as np
 
-    return np.dtype(dtype).name
+    return str(np.dtype(dtype).name)
 
 
 def tensor_quantization(details: Dict[str, Any]) -> Optional[Tuple[float, int]]:
@@ -281,7 +281,7 @@ class TFLiteFormat(ModelFormat):
         return data
 
     def serialize(self, model: "Model") -> bytes:
-        return model.proto
+        return bytes(model.proto)
 
     def interpreter(self, model: "Model") -> Any:
         """A cached Interpreter of ``model`` without default delegates (for reading, not running)."""
@@ -301,7 +301,7 @@ class TFLiteFormat(ModelFormat):
     def validate(self, model: "Model") -> None:
         self.interpreter(model)
 
-    def _ports(self, model: "Model"):
+    def _ports(self, model: "Model") -> Tuple[List[Tuple[str, Dict[str, Any]]], List[Tuple[str, Dict[str, Any]]], bool]:
         interp = self.interpreter(model)
         return signature_ports(interp, default_signature(interp))
 
@@ -389,9 +389,11 @@ def _itemsize(dtype: Any) -> int:
 def _macs(ops_details: Sequence[Dict[str, Any]], tensors: Dict[int, Dict[str, Any]]) -> Tuple[Optional[int], int]:
     """Multiply-accumulates of the matmul-like ops from the tensor shapes the interpreter holds."""
 
-    def shape(i: int) -> Optional[List[int]]:
+    def shape(i: int) -> List[int]:
         t = tensors.get(int(i))
-        return [int(d) for d in t["shape"]] if t is not None else None
+        if t is None:
+            raise TypeError("no tensor %d" % i)  # counted as unknown below
+        return [int(d) for d in t["shape"]]
 
     total = counted = unknown = 0
     for op in ops_details:

@@ -28,7 +28,7 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def write_json(path: Union[str, os.PathLike], data: Any) -> None:
+def write_json(path: Union[str, "os.PathLike[str]"], data: Any) -> None:
     """Write ``data`` as JSON to ``path`` (atomic; '-' for stdout)."""
     import sys
 

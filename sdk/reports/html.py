@@ -89,7 +89,7 @@ def _page(title: str, body: List[str]) -> str:
 
 
 def _check_rows(checks: Sequence[Dict[str, Any]]) -> List[Sequence[Any]]:
-    rows = []
+    rows: List[Sequence[Any]] = []
     for c in checks:
         limit = "" if c.get("limit") is None else f"{c.get('op') or ''} {_fmt(c['limit'])}".strip()
         unit = c.get("unit") or ""
@@ -99,15 +99,8 @@ def _check_rows(checks: Sequence[Dict[str, Any]]) -> List[Sequence[Any]]:
     return rows
 
 
-def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List[float]]], List[Tuple[str, float, float, str]], str]:
-    """``((t_s, w), spans, note)`` from a benchmark result's ``power``: the trace is
-    ``power.trace`` as ``[[t_s, w], ...]`` or ``{"t_s": [...], "w": [...]}``; spans come from
-    ``power.idle_window`` / ``power.window`` (or the result's ``window``) as ``{begin_s, end_s}``
-    or ``[begin, end]``. Without a trace, the idle and measured window means are drawn on the
-    windows' times (``window.idle_begin_s``..``end_s``) and ``note`` says so. Times are shown
-    relative to the first point."""
-    power = (bench or {}).get("power") or {}
-    trace = power.get("trace")
+def _trace_points(trace: Any) -> Tuple[List[float], List[float]]:
+    """``power.trace`` as ``[[t_s, w], ...]``, ``[{t_s, w}, ...]`` or ``{"t_s": [...], "w": [...]}``."""
     xs: List[float] = []
     ys: List[float] = []
     if isinstance(trace, dict):
@@ -116,43 +109,62 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
     elif isinstance(trace, list):
         for item in trace:
             if isinstance(item, dict):
-                xs.append(float(item.get("t_s", item.get("t", 0.0))))
-                ys.append(float(item.get("w", item.get("watts", 0.0))))
+                point: Dict[str, Any] = item
+                xs.append(float(point.get("t_s", point.get("t", 0.0))))
+                ys.append(float(point.get("w", point.get("watts", 0.0))))
             elif isinstance(item, (list, tuple)) and len(item) >= 2:
                 xs.append(float(item[0]))
                 ys.append(float(item[1]))
-    win = bench.get("window") or {}
+    return xs, ys
+
+
+def _window_means(power: Dict[str, Any], win: Dict[str, Any]) -> Tuple[List[float], List[float]]:
+    """No per-sample trace: the idle and measured window means on the windows' own times (a step plot)."""
+    xs: List[float] = []
+    ys: List[float] = []
+    ib, ie = win.get("idle_begin_s"), win.get("idle_end_s")
+    if ib is not None and ie is not None and power.get("idle_w") is not None:
+        xs += [float(ib), float(ie)]
+        ys += [float(power["idle_w"])] * 2
+    xs += [float(win["begin_s"]), float(win["end_s"])]
+    ys += [float(power["mean_w"])] * 2
+    return xs, ys
+
+
+def _span(w: Any, t0: float) -> Optional[Tuple[float, float]]:
+    """A window ``{begin_s, end_s}`` or ``[begin, end]`` relative to ``t0``, else None."""
+    if isinstance(w, dict) and w.get("begin_s") is not None and w.get("end_s") is not None:
+        return float(w["begin_s"]) - t0, float(w["end_s"]) - t0
+    if isinstance(w, (list, tuple)) and len(w) == 2:
+        return float(w[0]) - t0, float(w[1]) - t0
+    return None
+
+
+def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List[float]]], List[Tuple[str, float, float, str]], str]:
+    """``((t_s, w), spans, note)`` from a benchmark result's ``power``: the trace is
+    ``power.trace`` as ``[[t_s, w], ...]`` or ``{"t_s": [...], "w": [...]}``; spans come from
+    ``power.idle_window`` / ``power.window`` (or the result's ``window``) as ``{begin_s, end_s}``
+    or ``[begin, end]``. Without a trace, the idle and measured window means are drawn on the
+    windows' times (``window.idle_begin_s``..``end_s``) and ``note`` says so. Times are shown
+    relative to the first point."""
+    power: Dict[str, Any] = (bench or {}).get("power") or {}
+    xs, ys = _trace_points(power.get("trace"))
+    win: Dict[str, Any] = bench.get("window") or {}
+    trace_note = ""
     if not xs and power.get("mean_w") is not None and win.get("begin_s") is not None:
-        # no per-sample trace: draw the window means on the windows' own times (a step plot)
-        b, e = float(win["begin_s"]), float(win["end_s"])
-        ib, ie = win.get("idle_begin_s"), win.get("idle_end_s")
-        if ib is not None and power.get("idle_w") is not None:
-            xs += [float(ib), float(ie)]
-            ys += [float(power["idle_w"])] * 2
-        xs += [b, e]
-        ys += [float(power["mean_w"])] * 2
+        xs, ys = _window_means(power, win)
         trace_note = "window means (the board returned no per-sample trace)"
-    else:
-        trace_note = ""
     if not xs:
         reason = power.get("reason") or ("no power trace in the result" if power.get("mean_w") is not None
                                          else "no power sensor")
         return None, [], str(reason)
     t0 = xs[0]
-
-    def window(w: Any) -> Optional[Tuple[float, float]]:
-        if isinstance(w, dict) and w.get("begin_s") is not None and w.get("end_s") is not None:
-            return float(w["begin_s"]) - t0, float(w["end_s"]) - t0
-        if isinstance(w, (list, tuple)) and len(w) == 2:
-            return float(w[0]) - t0, float(w[1]) - t0
-        return None
-
     spans = []
-    idle = window(power.get("idle_window")) or window(
-        {"begin_s": win.get("idle_begin_s"), "end_s": win.get("idle_end_s")})
+    idle = _span(power.get("idle_window"), t0) or _span(
+        {"begin_s": win.get("idle_begin_s"), "end_s": win.get("idle_end_s")}, t0)
     if idle:
         spans.append(("idle", idle[0], idle[1], "#7f7f7f"))
-    measured = window(power.get("window") or power.get("measured_window") or bench.get("window"))
+    measured = _span(power.get("window") or power.get("measured_window") or bench.get("window"), t0)
     if measured:
         spans.append(("measured", measured[0], measured[1], "#2ca02c"))
     return ([x - t0 for x in xs], ys), spans, trace_note
@@ -161,7 +173,7 @@ def power_trace(bench: Dict[str, Any]) -> Tuple[Optional[Tuple[List[float], List
 def _latency_plots(bench: Dict[str, Any]) -> List[str]:
     lat = bench.get("latency_ms") or {}
     samples = bench.get("samples_ms") or bench.get("latency_samples_ms") or []
-    marks = [(k, lat.get(k)) for k in ("p50", "p99") if lat.get(k) is not None]
+    marks: List[Tuple[str, Optional[float]]] = [(k, lat.get(k)) for k in ("p50", "p99") if lat.get(k) is not None]
     if samples:
         hist = svg.histogram(samples, "Latency histogram", "latency (ms)", marks=marks)
         over = svg.line_plot([("latency", list(range(1, len(samples) + 1)), samples)], "Latency over time",
@@ -201,7 +213,7 @@ def _compare_section(compare: Dict[str, Dict[str, Any]], budgets: Dict[str, Any]
     rows = [[name, m.get("cosine"), m.get("snr_db"), m.get("max_abs_error"), m.get("top1_agreement")]
             for name, m in compare.items()]
     out = [_table(["output", "cosine", "SNR dB", "max abs error", "top-1 agreement"], rows, num_cols=(1, 2, 3, 4))]
-    snr = [(name, m.get("snr_db")) for name, m in compare.items() if isinstance(m.get("snr_db"), (int, float))]
+    snr = [(name, float(m["snr_db"])) for name, m in compare.items() if isinstance(m.get("snr_db"), (int, float))]
     limit = ("min SNR", budgets["min_snr_db"]) if "min_snr_db" in (budgets or {}) else None
     finite = [(n, v) for n, v in snr if math.isfinite(v)]
     if finite:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 __all__ = ["validation_junit", "robustness_junit"]
 
@@ -26,7 +26,7 @@ def _message(check: Dict[str, Any]) -> str:
     return "; ".join(parts) or check.get("verdict", "")
 
 
-def _suite(root: ET.Element, name: str, classname: str, checks, seconds: float, error: Any = None) -> None:
+def _suite(root: ET.Element, name: str, classname: str, checks: Sequence[Dict[str, Any]], seconds: float, error: Any = None) -> None:
     failures = sum(1 for c in checks if c["verdict"] == "fail")
     skipped = sum(1 for c in checks if c["verdict"] == "skip")
     suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(checks)), failures=str(failures),

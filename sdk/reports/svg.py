@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 __all__ = ["histogram", "line_plot", "bar_chart", "nice_ticks", "PALETTE"]
 
@@ -41,7 +41,7 @@ def _fmt(v: float) -> str:
 
 
 class _Frame:
-    def __init__(self, x0, x1, y0, y1, width=_W, height=_H):
+    def __init__(self, x0: float, x1: float, y0: float, y1: float, width: int = _W, height: int = _H) -> None:
         self.x0, self.x1 = x0, (x1 if x1 > x0 else x0 + 1)
         self.y0, self.y1 = y0, (y1 if y1 > y0 else y0 + 1)
         self.w, self.h = width, height
@@ -55,7 +55,7 @@ class _Frame:
         return self.top + self.ph - (v - self.y0) / (self.y1 - self.y0) * self.ph
 
 
-def _open(title: str, width=_W, height=_H, cls: str = "plot") -> List[str]:
+def _open(title: str, width: int = _W, height: int = _H, cls: str = "plot") -> List[str]:
     return [f'<svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
             f"<title>{escape(title)}</title>",
@@ -63,7 +63,8 @@ def _open(title: str, width=_W, height=_H, cls: str = "plot") -> List[str]:
             f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="600">{escape(title)}</text>']
 
 
-def _axes(f: _Frame, xticks, yticks, xlabel: str, ylabel: str, xfmt=_fmt) -> List[str]:
+def _axes(f: _Frame, xticks: Sequence[float], yticks: Sequence[float], xlabel: str, ylabel: str,
+          xfmt: Callable[[float], str] = _fmt) -> List[str]:
     out = []
     for t in yticks:
         y = f.y(t)
@@ -87,7 +88,7 @@ def _empty(title: str, note: str) -> str:
 
 
 def histogram(values: Sequence[float], title: str, xlabel: str, bins: int = 40,
-              marks: Sequence[Tuple[str, float]] = ()) -> str:
+              marks: Sequence[Tuple[str, Optional[float]]] = ()) -> str:
     """Histogram of ``values``; ``marks`` draw labelled vertical lines (e.g. ("p99", 3.2))."""
     vals = sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
     if not vals:
@@ -125,7 +126,7 @@ def _cut_outliers(vals: List[float], title: str) -> Tuple[List[float], str]:
     return vals, title
 
 
-def _marks_svg(f: _Frame, marks: Sequence[Tuple[str, float]]) -> List[str]:
+def _marks_svg(f: _Frame, marks: Sequence[Tuple[str, Optional[float]]]) -> List[str]:
     out = []
     for i, (label, v) in enumerate(marks):
         if v is None or not (f.x0 <= v <= f.x1):
