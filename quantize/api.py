@@ -103,7 +103,7 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
             try:
                 st = CalibrationStats.load(c)
             except (OSError, ValueError, KeyError) as exc:
-                warnings.warn(f"ignoring unreadable calibration statistics '{c}': {exc}")
+                warnings.warn(f"ignoring unreadable calibration statistics '{c}': {exc}", stacklevel=2)
                 continue
             same_data = fp is None or st.meta.get("data_fingerprint") in (None, fp)
             if st.model_sha256 == model.sha256 and set(names) <= set(st.names) and same_data:
@@ -119,7 +119,7 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
         try:
             st.save(c)
         except OSError as exc:
-            warnings.warn(f"could not save calibration statistics to '{c}': {exc}")
+            warnings.warn(f"could not save calibration statistics to '{c}': {exc}", stacklevel=2)
     return st, {"reused": None, "time_s": elapsed}
 
 
@@ -221,7 +221,7 @@ def quantize(
                                           workers=workers, batch_size=batch_size, progress=progress)
     source_warnings = list(getattr(source, "warnings", []))
     for w in source_warnings[:5]:
-        warnings.warn(w)
+        warnings.warn(w, stacklevel=2)
 
     work = prepared.proto
     folded = 0

@@ -36,10 +36,10 @@ def correct_biases(proto: Any, plan: QuantPlan, stats: CalibrationStats, reduce_
         if node is None or node.op_type not in ("Conv", "Gemm") or wq.index != 1:
             continue
         x = node.input[0]
-        if x not in stats or stats[x].channel_mean() is None:
+        mean = stats[x].channel_mean() if x in stats else None
+        if mean is None:
             continue
-        mean = stats[x].channel_mean()
-        w = idx.init_array(wq.tensor).astype(np.float32)
+        w = idx.weight(wq.tensor).astype(np.float32)
         q, scale = quantize_weight(w, wq.axis, reduce_range)
         s = scale if wq.axis is None else scale.reshape([-1 if i == wq.axis else 1 for i in range(w.ndim)])
         err = q.astype(np.float64) * s - w.astype(np.float64)
@@ -49,7 +49,7 @@ def correct_biases(proto: Any, plan: QuantPlan, stats: CalibrationStats, reduce_
         if len(node.input) > 2 and node.input[2]:
             if node.input[2] not in idx.inits:
                 continue
-            b = idx.init_array(node.input[2]).astype(np.float64)
+            b = idx.weight(node.input[2]).astype(np.float64)
         else:
             b = np.zeros(delta.shape, np.float64)
         if node.op_type == "Gemm":

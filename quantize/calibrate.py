@@ -175,7 +175,7 @@ def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches
 
     lock = threading.Lock()
     it = iter(batches)
-    state = {"done": 0, "error": None}
+    state: Dict[str, Any] = {"done": 0, "error": None}
     shards: List[CalibrationStats] = []
 
     def fail(exc: BaseException) -> None:

@@ -80,6 +80,15 @@ class GraphIndex:
         t = self.inits.get(name)
         return None if t is None else numpy_helper.to_array(t)
 
+    def weight(self, name: str) -> np.ndarray:
+        """The initializer ``name`` as an array; :class:`QuantizationError` when there is none."""
+        w = self.init_array(name)
+        if w is None:
+            from ..errors import QuantizationError
+
+            raise QuantizationError(f"'{name}' is not an initializer of the graph")
+        return w
+
     def single_consumer(self, name: str) -> Optional[Any]:
         cons = self.consumers.get(name, [])
         if len(cons) == 1 and name not in self.graph_outputs:
@@ -126,10 +135,10 @@ def fold_batchnorm(proto: Any) -> Tuple[Any, int]:
         params = [idx.init_array(n) for n in bn.input[1:5]]
         if any(p is None for p in params):
             continue
-        scale, bias, mean, var = (p.astype(np.float64) for p in params)
+        scale, bias, mean, var = (p.astype(np.float64) for p in params if p is not None)
         eps = float(idx.attr(bn, "epsilon", 1e-5))
-        w = idx.init_array(node.input[1]).astype(np.float64)
-        b = idx.init_array(node.input[2]).astype(np.float64) if len(node.input) > 2 and node.input[2] else np.zeros(w.shape[0])
+        w = idx.weight(node.input[1]).astype(np.float64)
+        b = idx.weight(node.input[2]).astype(np.float64) if len(node.input) > 2 and node.input[2] else np.zeros(w.shape[0])
         k = scale / np.sqrt(var + eps)
         w2 = (w * k.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
         b2 = ((b - mean) * k + bias).astype(np.float32)

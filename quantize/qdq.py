@@ -90,109 +90,131 @@ def _scalar(name: str, value, dtype) -> Any:
     return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
 
 
+class _Emitter:
+    """Builds the Q/DQ nodes and initializers of one plan on ``idx``'s graph; nodes are collected
+    with the index of the node they go before and merged in :meth:`assemble`."""
+
+    def __init__(self, idx: GraphIndex, scheme: Scheme) -> None:
+        self.idx = idx
+        self.scheme = scheme
+        self.graph = idx.graph
+        self.by_name = {n.name: n for n in self.graph.node}
+        self.order = {n.name: i for i, n in enumerate(self.graph.node)}
+        self.new_nodes: List[Tuple[int, Any]] = []  # (insert before node index, node)
+        self.inits: List[Any] = []
+
+    def insert_pos(self, tensor: str) -> int:
+        p = self.idx.producer.get(tensor)
+        return self.order[p.name] + 1 if p is not None else 0
+
+    def activations(self, plan: QuantPlan, resolved: Mapping[str, Range]) -> Dict[str, QParams]:
+        from onnx import helper
+
+        qparams: Dict[str, QParams] = {}
+        for t, consumers in plan.activations.items():
+            if t in plan.fixed:
+                fixed_scale, fixed_zp = plan.fixed[t]
+                qp = QParams(np.float32(fixed_scale), int(fixed_zp), "int8")
+            else:
+                qp = activation_qparams(resolved[t], self.scheme.activation_symmetric, self.scheme.activation_dtype)
+            qparams[t] = qp
+            np_dtype = np.int8 if qp.dtype == "int8" else np.uint8
+            s_name, z_name = f"{t}_scale", f"{t}_zero_point"
+            self.inits += [_scalar(s_name, qp.scale, np.float32), _scalar(z_name, qp.zero_point, np_dtype)]
+            q_out, dq_out = f"{t}_quantized", f"{t}_dequantized"
+            pos = self.insert_pos(t)
+            self.new_nodes.append((pos, helper.make_node("QuantizeLinear", [t, s_name, z_name], [q_out],
+                                                         name=f"{t}_QuantizeLinear")))
+            self.new_nodes.append((pos, helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
+                                                         name=f"{t}_DequantizeLinear")))
+            for node, i in self.idx.consumers.get(t, []):
+                if consumers is None or (node.name, i) in consumers:
+                    node.input[i] = dq_out
+        return qparams
+
+    def weights(self, plan: QuantPlan) -> Dict[str, np.ndarray]:
+        """Quantize the plan's weights (once per tensor and axis); returns tensor -> scale."""
+        from onnx import helper, numpy_helper
+
+        w_done: Dict[Tuple[str, Optional[int]], Tuple[str, np.ndarray]] = {}
+        for wq in plan.weights:
+            node = self.by_name[wq.node]
+            key = (wq.tensor, wq.axis)
+            if key not in w_done:
+                q, scale = quantize_weight(self.idx.weight(wq.tensor), wq.axis, self.scheme.reduce_range)
+                base = f"{wq.tensor}" + ("" if wq.axis is None else f"_c{wq.axis}")
+                s_name, z_name = f"{base}_scale", f"{base}_zero_point"
+                zp = np.zeros_like(scale, dtype=np.int8)
+                self.inits += [numpy_helper.from_array(scale.astype(np.float32), s_name),
+                               numpy_helper.from_array(zp, z_name)]
+                attrs: Dict[str, Any] = {} if wq.axis is None else {"axis": wq.axis}
+                dq_out = f"{base}_dequantized"
+                if self.scheme.weight_qdq_pair:  # float weights -> Q -> DQ (TensorRT)
+                    q_out = f"{base}_quantized"
+                    self.new_nodes.append((0, helper.make_node("QuantizeLinear", [wq.tensor, s_name, z_name], [q_out],
+                                                               name=f"{base}_QuantizeLinear", **attrs)))
+                    src = q_out
+                else:  # int8 initializer -> DQ (ONNX Runtime, TFLite)
+                    src = f"{base}_int8"
+                    self.inits.append(numpy_helper.from_array(q, src))
+                self.new_nodes.append((0, helper.make_node("DequantizeLinear", [src, s_name, z_name], [dq_out],
+                                                           name=f"{base}_DequantizeLinear", **attrs)))
+                w_done[key] = (dq_out, scale)
+            node.input[wq.index] = w_done[key][0]
+        return {wq.tensor: w_done[(wq.tensor, wq.axis)][1] for wq in plan.weights}
+
+    def biases(self, plan: QuantPlan, qparams: Mapping[str, QParams], w_scale: Mapping[str, np.ndarray]) -> None:
+        """int32 biases with scale s_in * s_w."""
+        from onnx import helper, numpy_helper
+
+        for bq in plan.biases:
+            node = self.by_name[bq.node]
+            act_qp = qparams.get(bq.activation)
+            if act_qp is None or bq.weight not in w_scale:
+                continue
+            b = self.idx.weight(bq.tensor).astype(np.float64)
+            s = (float(act_qp.scale) * w_scale[bq.weight].astype(np.float64))
+            s = np.broadcast_to(s, b.shape[-1:]) if s.ndim else s
+            q = np.clip(np.rint(b / s), -(2 ** 31), 2 ** 31 - 1).astype(np.int32)
+            base = f"{bq.tensor}_{bq.node}"
+            s_name, z_name, q_name = f"{base}_scale", f"{base}_zero_point", f"{base}_int32"
+            attrs: Dict[str, Any] = {"axis": 0} if np.ndim(s) and np.size(s) > 1 and b.ndim == 1 else {}
+            scale_arr = np.asarray(s, np.float32)
+            if not attrs and scale_arr.size > 1:  # per-tensor weights: one scale
+                scale_arr = scale_arr.reshape(-1)[:1].reshape(())
+            self.inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale_arr, s_name),
+                           numpy_helper.from_array(np.zeros(scale_arr.shape, np.int32), z_name)]
+            self.new_nodes.append((0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name],
+                                                       [f"{base}_dequantized"], name=f"{base}_DequantizeLinear",
+                                                       **attrs)))
+            node.input[bq.index] = f"{base}_dequantized"
+
+    def assemble(self) -> None:
+        """Insert the new nodes in topological order and add the initializers."""
+        nodes = list(self.graph.node)
+        buckets: Dict[int, List[Any]] = {}
+        for pos, n in self.new_nodes:
+            buckets.setdefault(pos, []).append(n)
+        merged: List[Any] = []
+        for i in range(len(nodes) + 1):
+            merged.extend(buckets.get(i, []))
+            if i < len(nodes):
+                merged.append(nodes[i])
+        del self.graph.node[:]
+        self.graph.node.extend(merged)
+        self.graph.initializer.extend(self.inits)
+
+
 def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: Scheme) -> Tuple[Any, Dict[str, QParams]]:
     """A copy of ``proto`` with the plan's Q/DQ nodes; returns ``(model, activation qparams)``."""
     import onnx
-    from onnx import helper, numpy_helper
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    idx = GraphIndex(out)
-    g = out.graph
-    by_name = {n.name: n for n in g.node}
-    resolved = resolve_ranges(plan, ranges)
-    new_nodes: List[Tuple[int, Any]] = []  # (insert before node index, node)
-    order = {n.name: i for i, n in enumerate(g.node)}
-    inits: List[Any] = []
-    qparams: Dict[str, QParams] = {}
-
-    def insert_pos(tensor: str) -> int:
-        p = idx.producer.get(tensor)
-        return order[p.name] + 1 if p is not None else 0
-
-    # -- activations ----------------------------------------------------------------------------------
-    for t, consumers in plan.activations.items():
-        if t in plan.fixed:
-            scale, zp = plan.fixed[t]
-            qp = QParams(np.float32(scale), int(zp), "int8")
-        else:
-            qp = activation_qparams(resolved[t], scheme.activation_symmetric, scheme.activation_dtype)
-        qparams[t] = qp
-        np_dtype = np.int8 if qp.dtype == "int8" else np.uint8
-        s_name, z_name = f"{t}_scale", f"{t}_zero_point"
-        inits += [_scalar(s_name, qp.scale, np.float32), _scalar(z_name, qp.zero_point, np_dtype)]
-        q_out, dq_out = f"{t}_quantized", f"{t}_dequantized"
-        pos = insert_pos(t)
-        new_nodes.append((pos, helper.make_node("QuantizeLinear", [t, s_name, z_name], [q_out], name=f"{t}_QuantizeLinear")))
-        new_nodes.append((pos, helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
-                                                name=f"{t}_DequantizeLinear")))
-        for node, i in idx.consumers.get(t, []):
-            if consumers is None or (node.name, i) in consumers:
-                node.input[i] = dq_out
-
-    # -- weights ------------------------------------------------------------------------------------------
-    w_done: Dict[Tuple[str, Optional[int]], Tuple[str, np.ndarray]] = {}
-    for wq in plan.weights:
-        node = by_name[wq.node]
-        key = (wq.tensor, wq.axis)
-        if key not in w_done:
-            w = idx.init_array(wq.tensor)
-            q, scale = quantize_weight(w, wq.axis, scheme.reduce_range)
-            base = f"{wq.tensor}" + ("" if wq.axis is None else f"_c{wq.axis}")
-            s_name, z_name = f"{base}_scale", f"{base}_zero_point"
-            zp = np.zeros_like(scale, dtype=np.int8)
-            inits += [numpy_helper.from_array(scale.astype(np.float32), s_name), numpy_helper.from_array(zp, z_name)]
-            attrs = {} if wq.axis is None else {"axis": wq.axis}
-            dq_out = f"{base}_dequantized"
-            if scheme.weight_qdq_pair:  # float weights -> Q -> DQ (TensorRT)
-                q_out = f"{base}_quantized"
-                new_nodes.append((0, helper.make_node("QuantizeLinear", [wq.tensor, s_name, z_name], [q_out],
-                                                      name=f"{base}_QuantizeLinear", **attrs)))
-                src = q_out
-            else:  # int8 initializer -> DQ (ONNX Runtime, TFLite)
-                src = f"{base}_int8"
-                inits.append(numpy_helper.from_array(q, src))
-            new_nodes.append((0, helper.make_node("DequantizeLinear", [src, s_name, z_name], [dq_out],
-                                                  name=f"{base}_DequantizeLinear", **attrs)))
-            w_done[key] = (dq_out, scale)
-        node.input[wq.index] = w_done[key][0]
-
-    # -- biases: int32, scale s_in * s_w ------------------------------------------------------------------
-    w_scale = {wq.tensor: w_done[(wq.tensor, wq.axis)][1] for wq in plan.weights}
-    for bq in plan.biases:
-        node = by_name[bq.node]
-        act_qp = qparams.get(bq.activation)
-        if act_qp is None or bq.weight not in w_scale:
-            continue
-        b = idx.init_array(bq.tensor).astype(np.float64)
-        s = (float(act_qp.scale) * w_scale[bq.weight].astype(np.float64))
-        s = np.broadcast_to(s, b.shape[-1:]) if s.ndim else s
-        q = np.clip(np.rint(b / s), -(2 ** 31), 2 ** 31 - 1).astype(np.int32)
-        base = f"{bq.tensor}_{bq.node}"
-        s_name, z_name, q_name = f"{base}_scale", f"{base}_zero_point", f"{base}_int32"
-        attrs = {"axis": 0} if np.ndim(s) and np.size(s) > 1 and b.ndim == 1 else {}
-        scale_arr = np.asarray(s, np.float32)
-        if not attrs and scale_arr.size > 1:  # per-tensor weights: one scale
-            scale_arr = scale_arr.reshape(-1)[:1].reshape(())
-        inits += [numpy_helper.from_array(q, q_name), numpy_helper.from_array(scale_arr, s_name),
-                  numpy_helper.from_array(np.zeros(scale_arr.shape, np.int32), z_name)]
-        new_nodes.append((0, helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [f"{base}_dequantized"],
-                                              name=f"{base}_DequantizeLinear", **attrs)))
-        node.input[bq.index] = f"{base}_dequantized"
-
-    # -- assemble in topological order ----------------------------------------------------------------------
-    nodes = list(g.node)
-    buckets: Dict[int, List[Any]] = {}
-    for pos, n in new_nodes:
-        buckets.setdefault(pos, []).append(n)
-    merged: List[Any] = []
-    for i in range(len(nodes) + 1):
-        merged.extend(buckets.get(i, []))
-        if i < len(nodes):
-            merged.append(nodes[i])
-    del g.node[:]
-    g.node.extend(merged)
-    g.initializer.extend(inits)
+    em = _Emitter(GraphIndex(out), scheme)
+    qparams = em.activations(plan, resolve_ranges(plan, ranges))
+    em.biases(plan, qparams, em.weights(plan))
+    em.assemble()
     _drop_dead_initializers(out)
     try:
         onnx.checker.check_model(out)
@@ -236,7 +258,7 @@ def export_ranges(plan: QuantPlan, ranges: Mapping[str, Range], qparams: Mapping
     by_name = {n.name: n for n in idx.graph.node}
     for wq in plan.weights:
         node = by_name[wq.node]
-        _, scale = quantize_weight(idx.init_array(wq.tensor), wq.axis, scheme.reduce_range)
+        _, scale = quantize_weight(idx.weight(wq.tensor), wq.axis, scheme.reduce_range)
         depthwise = node.op_type == "Conv" and int(idx.attr(node, "group", 1)) > 1 \
             and idx.inits[wq.tensor].dims[1] == 1
         tfl_axis = None if wq.axis is None else (3 if depthwise else 0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -60,6 +60,17 @@ class _Scratch:
 _SCRATCH = threading.local()
 
 
+def _edge_counts(flat: np.ndarray, lo: float, hi: float, scratch: _Scratch) -> Tuple[int, int, int]:
+    """``(zeros, count at lo, count at hi)`` of ``flat``; the count at hi is -1 when it is left to
+    the histogram (or counted after it)."""
+    n = int(flat.size)
+    zeros = 0 if (lo > 0.0 or hi < 0.0) else scratch.count_equal(flat, 0.0)
+    if hi == lo:
+        return zeros, n, n
+    n_lo = zeros if lo == 0.0 else scratch.count_equal(flat, lo)  # ReLU outputs: min is 0
+    return zeros, n_lo, (zeros if hi == 0.0 else -1)
+
+
 def _scratch(dtype: np.dtype, n: int) -> _Scratch:
     per_dtype = getattr(_SCRATCH, "by_dtype", None)
     if per_dtype is None:
@@ -84,7 +95,7 @@ class TensorStats:
     min: float = math.inf
     max: float = -math.inf
     width: float = 0.0
-    hist: np.ndarray = field(default=None)  # type: ignore[assignment]
+    hist: np.ndarray = field(default=None)  # type: ignore[arg-type]  # set in __post_init__
     channel_sum: Optional[np.ndarray] = None
     channel_count: int = 0
     track_channels: bool = False
@@ -108,34 +119,22 @@ class TensorStats:
         if flat.size == 0:
             return
         lo, hi = float(flat.min()), float(flat.max())  # NaN propagates: finite extremes mean all finite
+        full: Optional[np.ndarray] = x
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = np.isfinite(flat)
             self.nonfinite += int(flat.size - np.count_nonzero(finite))
             flat = flat[finite]
-            x = None  # channel sums need the full shape; skip them for this batch
+            full = None  # channel sums need the full shape; skip them for this batch
             if flat.size == 0:
                 return
             lo, hi = float(flat.min()), float(flat.max())
         n = int(flat.size)
         self.count += n
         scratch = _scratch(flat.dtype, n)
-        zeros = 0 if (lo > 0.0 or hi < 0.0) else scratch.count_equal(flat, 0.0)
+        zeros, n_lo, n_hi = _edge_counts(flat, lo, hi, scratch)
         self.zeros += zeros
-        if hi == lo:
-            n_lo = n_hi = n
-        else:
-            n_lo = zeros if lo == 0.0 else scratch.count_equal(flat, lo)  # ReLU outputs: min is 0
-            n_hi = zeros if hi == 0.0 else -1  # -1: from the histogram below (or counted)
-        if self.track_channels and x is not None and channel_axis is not None and x.ndim >= 2:
-            if channel_axis == 1 and x.ndim >= 3 and x.flags.c_contiguous:
-                # rows of one (sample, channel) summed in the data's type (pairwise: ~1e-7 relative),
-                # then across samples in float64; twice as fast as one float64 reduction
-                s = x.reshape(x.shape[0], x.shape[1], -1).sum(axis=2).sum(axis=0, dtype=np.float64)
-            else:
-                s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
-            if self.channel_sum is None or len(self.channel_sum) == len(s):
-                self.channel_sum = s if self.channel_sum is None else self.channel_sum + s
-                self.channel_count += x.size // x.shape[channel_axis]
+        if self.track_channels and full is not None and channel_axis is not None and full.ndim >= 2:
+            self._add_channel_sums(full, channel_axis)
         if self.width == 0.0:
             self.width = _pow2_width(max(abs(lo), abs(hi)), self.nbins)
             if self.width == 0.0:  # all zeros so far: zero is bin 0 whatever the width
@@ -144,6 +143,28 @@ class TensorStats:
                 return
         while not self._fits(lo, hi, self.width):
             self._coarsen()
+        counts, offset = self._add_histogram(flat, lo, scratch)
+        if n_hi < 0:
+            k = math.floor(hi / self.width)
+            # the maximum on a bin's lower edge: that bin holds only values equal to it
+            n_hi = int(counts[k + offset]) if k * self.width == hi else scratch.count_equal(flat, hi)
+        self._extremes(lo, n_lo, hi, n_hi)
+
+    def _add_channel_sums(self, x: np.ndarray, channel_axis: int) -> None:
+        if channel_axis == 1 and x.ndim >= 3 and x.flags.c_contiguous:
+            # rows of one (sample, channel) summed in the data's type (pairwise: ~1e-7 relative),
+            # then across samples in float64; twice as fast as one float64 reduction
+            s = x.reshape(x.shape[0], x.shape[1], -1).sum(axis=2).sum(axis=0, dtype=np.float64)
+        else:
+            s = np.sum(x, axis=tuple(i for i in range(x.ndim) if i != channel_axis), dtype=np.float64)
+        if self.channel_sum is None or len(self.channel_sum) == len(s):
+            self.channel_sum = s if self.channel_sum is None else self.channel_sum + s
+            self.channel_count += x.size // x.shape[channel_axis]
+
+    def _add_histogram(self, flat: np.ndarray, lo: float, scratch: "_Scratch") -> Tuple[np.ndarray, int]:
+        """Add ``flat`` (finite, fitting the current width) to the histogram; returns the batch's
+        bin counts and the offset of bin 0 in them."""
+        n = int(flat.size)
         # x * (1/w) is exact for a power-of-two w (in float32 too), so floor() gives the exact bin
         idx = scratch.index[:n]
         scale = flat.dtype.type(1.0 / self.width)
@@ -151,21 +172,15 @@ class TensorStats:
             np.multiply(flat, scale, out=idx, casting="unsafe")
             counts = np.bincount(idx, minlength=self.nbins)
             self.hist[self.nbins:] += counts
-            offset = 0
-        else:
-            t = scratch.values[:n]
-            np.multiply(flat, scale, out=t)
-            np.floor(t, out=t)
-            np.add(t, self.nbins, out=t)  # small integers: exact in float32
-            np.copyto(idx, t, casting="unsafe")
-            counts = np.bincount(idx, minlength=2 * self.nbins)
-            self.hist += counts
-            offset = self.nbins
-        if n_hi < 0:
-            k = math.floor(hi / self.width)
-            # the maximum on a bin's lower edge: that bin holds only values equal to it
-            n_hi = int(counts[k + offset]) if k * self.width == hi else scratch.count_equal(flat, hi)
-        self._extremes(lo, n_lo, hi, n_hi)
+            return counts, 0
+        t = scratch.values[:n]
+        np.multiply(flat, scale, out=t)
+        np.floor(t, out=t)
+        np.add(t, self.nbins, out=t)  # small integers: exact in float32
+        np.copyto(idx, t, casting="unsafe")
+        counts = np.bincount(idx, minlength=2 * self.nbins)
+        self.hist += counts
+        return counts, self.nbins
 
     def _extremes(self, lo: float, n_lo: int, hi: float, n_hi: int) -> None:
         """Fold another min/max (with how many values sit exactly there) into self."""
@@ -351,7 +366,8 @@ class CalibrationStats:
         from ..atomic import atomic_path
 
         with atomic_path(path, suffix=".npz") as tmp:
-            np.savez(tmp, **self.to_arrays())
+            arrays: Dict[str, Any] = self.to_arrays()
+            np.savez(tmp, **arrays)
 
     @classmethod
     def load(cls, path) -> "CalibrationStats":

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from ..config import check_keys, load_toml
 from ..errors import ConfigError, UnknownBoardError
@@ -116,7 +116,7 @@ _FORBIDDEN = {"password", "passphrase"}
 
 
 def _check_keys(where: str, data: Mapping[str, Any], allowed: Mapping[str, Any], src: str) -> None:
-    for key, value in data.items():
+    for key in data:
         if key in _FORBIDDEN:
             raise ConfigError(f"{src}: '{where}{key}' is not allowed: passwords are never stored in profiles",
                               "use a key (identity_file) or ssh-agent")
@@ -169,7 +169,7 @@ def _target_tables(runtime: Dict[str, Any], source: str) -> Dict[str, Any]:
     return {"options": options} if options else {}
 
 
-def load_profile(path: os.PathLike) -> BoardProfile:
+def load_profile(path: Union[str, "os.PathLike[str]"]) -> BoardProfile:
     """Read one profile file (``name`` defaults to the file's stem)."""
     p = Path(path)
     data = load_toml(p, f"board profile '{p}'", "reading board profiles")

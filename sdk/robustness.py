@@ -356,7 +356,7 @@ def sweep(
     images: Sequence[np.ndarray],
     *,
     prepare: Optional[Callable[[List[np.ndarray]], np.ndarray]] = None,
-    labels: Optional[Sequence[int]] = None,
+    labels: Optional[Union[Sequence[int], np.ndarray]] = None,
     corruptions: Optional[Sequence[str]] = None,
     severities: Union[str, Sequence[int]] = SEVERITIES,
     seed: int = 0,

@@ -9,7 +9,7 @@ Gather, Slice... keep the input's scale; Logistic/Softmax outputs are fixed to (
 """
 from __future__ import annotations
 
-from typing import Any, Set
+from typing import Any, ClassVar, Set, Tuple
 
 from ..graph import GraphIndex
 from .base import QuantPlan
@@ -21,7 +21,7 @@ class TFLiteScheme(OnnxRuntimeScheme):
     exports_ranges = True
     description = "TFLite int8 spec: int8 asymmetric activations, per-channel weights, shared/fixed scales"
     default_method = "minmax"
-    activation_dtypes = ("int8",)
+    activation_dtypes: ClassVar[Tuple[str, ...]] = ("int8",)
     COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul", "Sub", "Concat",
                    "GlobalAveragePool", "AveragePool", "Sigmoid", "Softmax", "Tanh", "LogSoftmax",
                    "LeakyRelu", "HardSigmoid", "HardSwish", "Relu", "Clip")

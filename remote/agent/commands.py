@@ -225,7 +225,8 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     tgt, precision = _target(request)
     device = device_facts(root, sensors)
     del device["temperatures_c"]  # taken again right before the run, after the build
-    source, tried = (None, [])
+    source: Any = None
+    tried: List[Dict[str, Any]] = []
     if power_req is not False:
         source, tried = open_source(sensors, root)
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
@@ -309,8 +310,9 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
             n = 1
             check_feed(arrays, specs, source=src.name)
             outputs = {k: np.asarray(v) for k, v in session.run(arrays).items()}
+    to_save: Dict[str, Any] = outputs
     with atomic_path(dst) as tmp, open(str(tmp), "wb") as f:
-        np.savez(f, **outputs)
+        np.savez(f, **to_save)
     return {"outputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()],
             "samples": n, "batched": batched, "outputs_npz": str(dst), "target": tgt.name, "precision": precision,
             "model": {"path": str(model.path), "sha256": model.sha256}}

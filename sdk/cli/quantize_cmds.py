@@ -1,7 +1,7 @@
 """``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import typer
 
@@ -104,7 +104,7 @@ def quantize_cmd(
         c.print(f"wrote report: {report}")
 
 
-def _progress(console: Any) -> Callable[..., None]:
+def _progress(console: Any) -> Tuple[Callable[..., None], Callable[[], None]]:
     """A rich progress bar over calibration samples (and sensitivity layers)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

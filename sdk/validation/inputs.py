@@ -58,7 +58,8 @@ class Dataset:
 
     def save_npz(self, path: Union[str, os.PathLike], arrays: Optional[Dict[str, np.ndarray]] = None) -> Path:
         p = Path(path)
-        np.savez(p, **(arrays if arrays is not None else self.arrays))
+        npz: Dict[str, Any] = arrays if arrays is not None else self.arrays
+        np.savez(p, **npz)
         return p
 
 

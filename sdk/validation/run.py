@@ -232,7 +232,8 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
         calls[0] += 1
         p = where / f"robust_{calls[0]}.npz"
         arrays = {name: batch} if specs is None else board_arrays(specs, {name: batch})
-        np.savez(p, **arrays)
+        npz: Dict[str, Any] = arrays
+        np.savez(p, **npz)
         try:
             return merge_sample_axis(runner.infer(model, str(p), target=target), len(batch))
         finally:
@@ -330,6 +331,8 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.compare = compare_outputs(ref_out, {k: out[k] for k in ref_out})
             if ds.labels is not None and ref_top1 is not None:
                 top1 = _top1(out, ds.labels)
+                if top1 is None:
+                    raise ValidationError("the board's outputs hold no class scores, the reference's do")
                 run.accuracy = {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
                                 "samples": len(ds)}
             else:

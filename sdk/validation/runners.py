@@ -87,7 +87,7 @@ class HostRunner:
         from ..hostinfo import host_info
         from ..targets import target_class
 
-        facts = dict(host_info())
+        facts: Dict[str, Any] = dict(host_info())
         facts["board"] = self.name
         avail = target_class(self.target).availability()
         facts.setdefault("runtimes", {})[self.target] = avail.version

@@ -34,7 +34,7 @@ class OnnxRuntimeSession(Session):
         self._sess = sess
         self._names = [o.name for o in self.outputs]
         self._io_binding = io_binding
-        self.run = self._make_run()  # instance attribute: one Python frame per call
+        self.run = self._make_run()  # type: ignore[method-assign]  # instance attribute: one Python frame per call
 
     def _make_run(self):
         names, explain = self._names, self._explain
@@ -91,7 +91,7 @@ class OnnxRuntimeSession(Session):
 
     def _close_impl(self) -> None:
         self._sess = None
-        self.run = self._run_closed
+        self.run = self._run_closed  # type: ignore[method-assign]
 
     def _run_closed(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise self._explain(feeds, RuntimeError("closed"))

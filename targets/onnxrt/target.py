@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 from ...errors import BuildError, InvalidModelError, TargetUnavailableError, first_line
 from ...probe import dist_version, module_installed
@@ -35,7 +35,7 @@ class OnnxRuntimeTarget(Target):
     description = "ONNX Runtime (CPU, CUDA, TensorRT, XNNPACK, NNAPI, CoreML execution providers)"
     model_formats = ("onnx",)
     install_hint = "pip install onnxruntime (or onnxruntime-gpu for CUDA/TensorRT)"
-    default_options: Dict[str, Any] = {
+    default_options: ClassVar[Dict[str, Any]] = {
         "providers": ("cpu",),
         "threads": None,
         "inter_threads": None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional
 
 from ...errors import BuildError, InputError
 from ...hostinfo import tensorrt_version
@@ -40,7 +40,7 @@ class TensorRTTarget(Target):
     description = "NVIDIA TensorRT engines (Jetson, GPU hosts): fp32, fp16, int8 (Q/DQ or calibration cache), DLA"
     model_formats = ("onnx",)
     install_hint = "TensorRT ships with JetPack (python3-libnvinfer); on an x86 GPU host: pip install tensorrt cuda-python"
-    default_options: Dict[str, Any] = {
+    default_options: ClassVar[Dict[str, Any]] = {
         **{k: None for k in BUILD_KEYS},
         "board_defaults": None,
         "cache_dir": None,
@@ -132,6 +132,7 @@ class TensorRTTarget(Target):
             meta.update(int8_mode=look.meta.get("int8_mode"), build_s=look.meta.get("build_s"),
                         inputs=look.meta.get("inputs"))
             path = look.path
+            assert path is not None  # a cache hit has its engine file
         else:
             (log.warning if "built for" in look.reason or "changed" in look.reason else log.info)("tensorrt: %s", look.reason)
             source = model.path if model.path is not None else model.to_bytes()
@@ -163,7 +164,7 @@ class TensorRTTarget(Target):
                              f"({meta.get('gpu')}), this GPU is {gpu.name} "
                              "({}.{})".format(*gpu.compute_capability),
                              "rebuild it on this board")
-        data = artifact.data if artifact.data is not None else Path(artifact.path).read_bytes()
+        data = artifact.data if artifact.data is not None else Path(str(artifact.path)).read_bytes()
         cuda = get_backend(self.options.get("cuda_backend") or "auto", int(self.options.get("device") or 0))
         return TensorRTSession(data, cuda, dla_core=meta.get("dla_core"),
                                layer_profile=bool(self.options.get("layer_profile")),

@@ -98,14 +98,14 @@ class TFLiteSession(Session):
         self._pairs_out = [(p.name, p.index) for p in self._out]
         self._n_in = len(self._in)
         if self._sig is not None:
-            self._run_impl = self._run_signature  # type: ignore[assignment]
+            self._run_impl = self._run_signature  # type: ignore[method-assign]
         elif len(self._in) == 1 and len(self._out) == 1 and not self._convert:
-            self._run_impl = self._one_in_one_out()  # type: ignore[assignment]
-            self.run = self._run_impl  # type: ignore[assignment]  # translates its own errors: one frame per call
+            self._run_impl = self._one_in_one_out()  # type: ignore[method-assign,assignment]
+            self.run = self._run_impl  # type: ignore[method-assign]  # translates its own errors: one frame per call
         elif not self._dynamic and not self._convert:
-            self._run_impl = self._run_plain  # type: ignore[assignment]
+            self._run_impl = self._run_plain  # type: ignore[method-assign]
         else:
-            self._run_impl = self._run_general  # type: ignore[assignment]
+            self._run_impl = self._run_general  # type: ignore[method-assign]
 
     def _one_in_one_out(self) -> Callable[[Mapping[str, np.ndarray]], Dict[str, np.ndarray]]:
         """The common case as one closure: set, invoke, get; anything unusual (a new shape, a
@@ -162,7 +162,9 @@ class TFLiteSession(Session):
         kwargs = {p.name: (p.quantize(feeds[p.name]) if p.convert else feeds[p.name]) for p in self._in}
         for p in self._in:  # the SignatureRunner resizes every input it is given: check static dims first
             _check_shape(p, kwargs[p.name].shape)
-        out = self._sig(**kwargs)
+        sig = self._sig
+        assert sig is not None  # chosen in __init__ only with a signature runner
+        out = sig(**kwargs)
         return {p.name: (p.dequantize(out[p.name]) if p.convert else out[p.name]) for p in self._out}
 
     def _inputs_for(self, feeds: Mapping[str, np.ndarray]) -> List[Tuple[int, np.ndarray]]:
@@ -261,9 +263,9 @@ class TFLiteSession(Session):
     # -- lifecycle ---------------------------------------------------------------------------------
     def _close_impl(self) -> None:
         # The interpreter must go before the delegates it uses.
-        self._run_impl = self._run_closed  # type: ignore[assignment]
+        self._run_impl = self._run_closed  # type: ignore[method-assign]
         self.__dict__.pop("run", None)  # back to Session.run, which reports the closed session
-        self._set = self._get = self._invoke = None  # type: ignore[assignment]
+        self._set = self._get = self._invoke = None
         self._sig = None
         self._interp = None
         self._delegates = []

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from ...errors import InputError, MissingDependencyError, TargetUnavailableError
 from ...formats.tflite import INSTALL_HINT, default_signature, find_runtimes, load_runtime
@@ -26,7 +26,7 @@ class TFLiteTarget(Target):
     description = "TFLite / LiteRT interpreter (XNNPACK; external delegates such as Edge TPU, GPU)"
     model_formats = ("tflite",)
     install_hint = INSTALL_HINT
-    default_options: Dict[str, Any] = {
+    default_options: ClassVar[Dict[str, Any]] = {
         "threads": None,
         "xnnpack": True,
         "delegate": None,

@@ -75,7 +75,7 @@ class PowerSource:
     """
 
     name: ClassVar[str] = ""
-    kind: ClassVar[str] = "power"
+    kind: str = "power"
     #: What the rails cover, in words (module input, CPU package, PMIC rails...).
     measures: ClassVar[str] = ""
 
