@@ -304,15 +304,7 @@ class ArraySource(Source):
         label = next((k for k in label_keys if k in keys), None)
         if self._label_key and label is None:
             raise InputError(f"{f}: no label array '{self._label_key}'", f"arrays: {', '.join(keys)}")
-        arrays: Dict[str, str] = {}
-        if all(n in keys for n in names):
-            arrays = {n: n for n in names}
-        elif len(names) == 1:
-            rest = [k for k in keys if k != label]
-            if "x" in rest:
-                arrays = {names[0]: "x"}
-            elif len(rest) == 1:
-                arrays = {names[0]: rest[0]}
+        arrays = _input_arrays(names, keys, label)
         if not arrays:
             missing = [n for n in names if n not in keys]
             raise InputError(f"{f}: no array for model input(s) {', '.join(missing)}",
@@ -352,6 +344,20 @@ class ArraySource(Source):
                 yield self._checked(feed, f"{f}[{i}]"), y
 
 
+def _input_arrays(names: Sequence[str], keys: Sequence[str], label: Optional[str]) -> Dict[str, str]:
+    """Model input -> array of an ``.npz``: by input name; for a one-input model also ``x`` or
+    the only array that is not the label. Empty when nothing matches."""
+    if all(n in keys for n in names):
+        return {n: n for n in names}
+    if len(names) == 1:
+        rest = [k for k in keys if k != label]
+        if "x" in rest:
+            return {names[0]: "x"}
+        if len(rest) == 1:
+            return {names[0]: rest[0]}
+    return {}
+
+
 class IterableSource(Source):
     """Any Python iterable of feeds ``{input_name: array}`` or of ``(feed, label)`` pairs.
 
@@ -384,19 +390,25 @@ class IterableSource(Source):
                 self._labelled = True
             if not isinstance(item, Mapping):
                 raise InputError(f"sample {i} of the data is a {type(item).__name__}, not a dict of input arrays")
-            feed = {k: np.asarray(v) for k, v in item.items()}
-            n = {len(a) if a.ndim else 1 for a in feed.values()}
-            if len(n) != 1:
-                raise InputError(f"sample {i}: arrays have different batch sizes {sorted(n)}")
-            rows = n.pop()
-            labels = np.asarray(label) if label is not None else None
-            for r in range(rows):
+            for one, y, where in _split_rows(i, item, label):
                 if self.limit is not None and count >= self.limit:
                     return
-                one = {k: (a[r:r + 1] if rows > 1 else a) for k, a in feed.items()}
-                y = None if labels is None else (labels[r] if labels.ndim and len(labels) == rows and rows > 1 else labels)
                 count += 1
-                yield self._checked(one, f"sample {i}" + (f"[{r}]" if rows > 1 else "")), y
+                yield self._checked(one, where), y
+
+
+def _split_rows(i: int, item: Mapping[str, Any], label: Any) -> Iterator[Tuple[Dict[str, np.ndarray], Any, str]]:
+    """The samples of one feed whose arrays may hold several along axis 0: ``(feed, label, where)``."""
+    feed = {k: np.asarray(v) for k, v in item.items()}
+    n = {len(a) if a.ndim else 1 for a in feed.values()}
+    if len(n) != 1:
+        raise InputError(f"sample {i}: arrays have different batch sizes {sorted(n)}")
+    rows = n.pop()
+    labels = np.asarray(label) if label is not None else None
+    for r in range(rows):
+        one = {k: (a[r:r + 1] if rows > 1 else a) for k, a in feed.items()}
+        y = None if labels is None else (labels[r] if labels.ndim and len(labels) == rows and rows > 1 else labels)
+        yield one, y, f"sample {i}" + (f"[{r}]" if rows > 1 else "")
 
 
 def open_source(data: Any, specs: Sequence[TensorSpec], preprocess: Any = None, *, check: bool = True,

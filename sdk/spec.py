@@ -154,25 +154,8 @@ def parse_spec(data: Mapping[str, Any], source: Optional[str] = None) -> Validat
     for name, table in data.items():
         if not isinstance(table, Mapping):
             raise ConfigError(f"{where}: '{name}' must be a table ([{name}])")
-        if name == "preprocess":
-            continue
-        allowed = SPEC_KEYS[name]
-        out: Dict[str, Any] = {}
-        check_keys(table, allowed, where + ": unknown key '{key}' in [" + name + "]", "allowed keys")
-        for key, value in table.items():
-            types, _doc = allowed[key]
-            if types is None:
-                if not isinstance(value, Mapping):
-                    raise ConfigError(f"{where}: [{name}] {key} must be a table")
-                out[key] = dict(value)
-                continue
-            if isinstance(value, bool) and bool not in types:
-                raise ConfigError(f"{where}: [{name}] {key} must be a number, not {value!r}")
-            if not isinstance(value, types):
-                want = " or ".join(t.__name__ for t in types)
-                raise ConfigError(f"{where}: [{name}] {key} must be {want}, not {value!r}")
-            out[key] = value
-        sections[name] = out
+        if name != "preprocess":
+            sections[name] = _check_section(name, table, SPEC_KEYS[name], where)
 
     budgets = {k: float(v) for k, v in sections.get("budgets", {}).items()}
     for k, v in budgets.items():
@@ -199,6 +182,26 @@ def parse_spec(data: Mapping[str, Any], source: Optional[str] = None) -> Validat
         preprocess = PreprocessSpec.from_dict(dict(data["preprocess"]))
     return ValidationSpec(run=run, budgets=budgets, device=device, runtimes=runtimes, robustness=robustness,
                           preprocess=preprocess, source=source)
+
+
+def _check_section(name: str, table: Mapping[str, Any], allowed: Mapping[str, Any], where: str) -> Dict[str, Any]:
+    """The keys of one ``[name]`` table, checked against ``allowed`` (key -> (types, doc))."""
+    check_keys(table, allowed, where + ": unknown key '{key}' in [" + name + "]", "allowed keys")
+    out: Dict[str, Any] = {}
+    for key, value in table.items():
+        types, _doc = allowed[key]
+        if types is None:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}: [{name}] {key} must be a table")
+            out[key] = dict(value)
+            continue
+        if isinstance(value, bool) and bool not in types:
+            raise ConfigError(f"{where}: [{name}] {key} must be a number, not {value!r}")
+        if not isinstance(value, types):
+            want = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"{where}: [{name}] {key} must be {want}, not {value!r}")
+        out[key] = value
+    return out
 
 
 def _check_robustness(section: Dict[str, Any], where: str) -> Dict[str, Any]:

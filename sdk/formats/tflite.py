@@ -16,7 +16,7 @@ import contextlib
 import io
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..errors import MissingDependencyError, ModelFormatError, TargetUnavailableError, first_line
 from ..probe import dist_version, module_installed
@@ -321,22 +321,8 @@ class TFLiteFormat(ModelFormat):
         interp = self.interpreter(model)
         ops_details = interp._get_ops_details()  # the runtimes' (shared) op-details accessor
         tensors = {int(t["index"]): t for t in interp.get_tensor_details()}
-        produced = {int(i) for op in ops_details for i in op["outputs"]}
-        graph_inputs = {int(d["index"]) for d in interp.get_input_details()}
-        const = set()
-        for op in ops_details:
-            for i in op["inputs"]:
-                i = int(i)
-                if i >= 0 and i not in produced and i not in graph_inputs:
-                    const.add(i)
-        params = param_bytes = 0
-        for i in const:
-            t = tensors.get(i)
-            if t is None:
-                continue
-            n = _prod(t["shape"])
-            params += n
-            param_bytes += n * _itemsize(t["dtype"])
+        const = _constant_tensors(ops_details, {int(d["index"]) for d in interp.get_input_details()})
+        params, param_bytes = _param_counts(const, tensors)
         ops = Counter(op["op_name"] for op in ops_details)
         macs, unknown = _macs(ops_details, tensors)
         sigs = interp.get_signature_list()
@@ -357,6 +343,25 @@ class TFLiteFormat(ModelFormat):
                              for i in const if i in tensors),
             "tensors": [_tensor_dict(t) for _, t in sorted(tensors.items())],
         }
+
+
+def _constant_tensors(ops_details: Sequence[Dict[str, Any]], graph_inputs: Set[int]) -> Set[int]:
+    """Tensors that ops read but no op produces and that are not graph inputs: the weights."""
+    produced = {int(i) for op in ops_details for i in op["outputs"]}
+    return {int(i) for op in ops_details for i in op["inputs"]
+            if int(i) >= 0 and int(i) not in produced and int(i) not in graph_inputs}
+
+
+def _param_counts(const: Set[int], tensors: Mapping[int, Dict[str, Any]]) -> Tuple[int, int]:
+    """``(parameters, bytes)`` of the constant tensors."""
+    params = param_bytes = 0
+    for i in const:
+        t = tensors.get(i)
+        if t is not None:
+            n = _prod(t["shape"])
+            params += n
+            param_bytes += n * _itemsize(t["dtype"])
+    return params, param_bytes
 
 
 def _tensor_dict(t: Dict[str, Any]) -> Dict[str, Any]:

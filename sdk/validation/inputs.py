@@ -136,21 +136,7 @@ def read_labels(path: Union[str, os.PathLike], ds: Dataset) -> np.ndarray:
     if not p.is_file():
         raise InputError(f"labels file '{p}' does not exist")
     if p.suffix in (".npy", ".npz"):
-        try:
-            if p.suffix == ".npy":
-                y = np.load(p, allow_pickle=False)
-            else:
-                with np.load(p, allow_pickle=False) as npz:
-                    key = next((k for k in ("y", "labels", "label") if k in npz.files), None)
-                    if key is None and len(npz.files) == 1:
-                        key = npz.files[0]
-                    if key is None:
-                        raise InputError(f"labels file '{p}' has no 'y' or 'labels' array",
-                                         f"arrays: {', '.join(npz.files)}")
-                    y = npz[key]
-        except (ValueError, OSError) as exc:
-            raise InputError(f"cannot read labels file '{p}': {exc}") from exc
-        return _check_count(_as_ids(np.asarray(y).reshape(-1), p), ds, p)
+        return _check_count(_as_ids(_read_label_array(p).reshape(-1), p), ds, p)
     rows = _read_text_rows(p)
     if rows and all(len(r) >= 2 for r in rows):
         by_name = {r[0]: r[1] for r in rows}
@@ -164,6 +150,22 @@ def read_labels(path: Union[str, os.PathLike], ds: Dataset) -> np.ndarray:
     if ds.kind == "images":
         raise InputError(f"labels file '{p}' must have 'filename,label' rows for an image folder")
     return _check_count(_as_ids(np.asarray([r[0] for r in rows]), p), ds, p)
+
+
+def _read_label_array(p: Path) -> np.ndarray:
+    """The labels of an ``.npy``, or the ``y`` / ``labels`` / ``label`` (or only) array of an ``.npz``."""
+    try:
+        if p.suffix == ".npy":
+            return np.asarray(np.load(p, allow_pickle=False))
+        with np.load(p, allow_pickle=False) as npz:
+            key = next((k for k in ("y", "labels", "label") if k in npz.files), None)
+            if key is None and len(npz.files) == 1:
+                key = npz.files[0]
+            if key is None:
+                raise InputError(f"labels file '{p}' has no 'y' or 'labels' array", f"arrays: {', '.join(npz.files)}")
+            return np.asarray(npz[key])
+    except (ValueError, OSError) as exc:
+        raise InputError(f"cannot read labels file '{p}': {exc}") from exc
 
 
 def _read_text_rows(p: Path) -> List[List[str]]:
