@@ -241,22 +241,31 @@ def robustness_block(rob: Dict[str, Any]) -> List[str]:
                                 + ([r.get("top1"), r.get("top1_drop")] if has_top1 else []) for r in rows],
                       num_cols=tuple(range(1, len(headers)))))
     key, label = ("top1", "top-1 accuracy") if has_top1 else ("cosine", "cosine vs clean outputs")
+    series = _severity_series(rows, key, clean.get("top1") if has_top1 else None)
+    xt = ([0] if has_top1 else []) + sorted({r["severity"] for r in rows})
+    out.append('<div class="plots">' + svg.line_plot(series, f"Robustness: {label} by severity (0 = clean)" if has_top1
+                                                     else f"Robustness: {label} by severity",
+                                                     "severity", label, markers=True, xticks=xt) + "</div>")
+    return out
+
+
+def _severity_series(rows: Sequence[Dict[str, Any]], key: str,
+                     clean: Optional[float]) -> List[Tuple[str, List[Any], List[Any]]]:
+    """One ``(corruption, severities, values of key)`` series per corruption, in first-seen order;
+    ``clean`` (when given) is the point at severity 0."""
     names: List[str] = []
     for r in rows:
         if r["corruption"] not in names:
             names.append(r["corruption"])
     series = []
-    sev_all = sorted({r["severity"] for r in rows})
     for n in names:
         pts = sorted((r["severity"], r.get(key)) for r in rows if r["corruption"] == n and r.get(key) is not None)
-        xs = [0] + [p[0] for p in pts] if has_top1 and clean.get("top1") is not None else [p[0] for p in pts]
-        ys = [clean["top1"]] + [p[1] for p in pts] if has_top1 and clean.get("top1") is not None else [p[1] for p in pts]
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        if clean is not None:
+            xs, ys = [0, *xs], [clean, *ys]
         series.append((n, xs, ys))
-    xt = ([0] if has_top1 else []) + sev_all
-    out.append('<div class="plots">' + svg.line_plot(series, f"Robustness: {label} by severity (0 = clean)" if has_top1
-                                                     else f"Robustness: {label} by severity",
-                                                     "severity", label, markers=True, xticks=xt) + "</div>")
-    return out
+    return series
 
 
 def _ci_text(ci: Optional[Tuple[float, float]]) -> str:
