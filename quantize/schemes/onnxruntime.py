@@ -10,7 +10,7 @@ quantized op gets no Q/DQ of its own: the Q after it makes it redundant and ONNX
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, ClassVar, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ..graph import GraphIndex
 from .base import QuantPlan, Scheme
@@ -45,13 +45,7 @@ class OnnxRuntimeScheme(Scheme):
             and idx.elem_type.get(node.input[i]) == _FLOAT32  # noqa: E731
         if op in ("Conv", "ConvTranspose"):
             return [0] if act(0) and len(node.input) > 1 and node.input[1] in idx.inits else None
-        if op == "Gemm":
-            if not act(0):
-                return None
-            if node.input[1] in idx.inits:
-                return [0]
-            return [0, 1] if act(1) else None
-        if op == "MatMul":
+        if op in ("Gemm", "MatMul"):
             if not act(0):
                 return None
             if node.input[1] in idx.inits:
@@ -79,15 +73,32 @@ class OnnxRuntimeScheme(Scheme):
         exclude = frozenset(exclude)
         only_set: Optional[FrozenSet[str]] = frozenset(only) if only is not None else None
         plan = QuantPlan()
-        compute: Set[str] = set()
-        inputs_of = {}
+        inputs_of: Dict[str, List[int]] = {}
         for node in idx.graph.node:
             if node.op_type in self.COMPUTE_OPS and self._selected(node, exclude, only_set):
                 slots = self._data_inputs(idx, node)
                 if slots:
-                    compute.add(node.name)
                     inputs_of[node.name] = slots
-        # pass-through ops join an int8 island when fed by one and feeding one
+        compute: Set[str] = set(inputs_of)
+        passthrough = self._passthrough(idx, compute, exclude, only_set)
+        for node in idx.graph.node:
+            if node.name in compute:
+                for i in inputs_of[node.name]:
+                    plan.add_activation(node.input[i])
+                self._compute_weights(idx, plan, node, act_quantized=True)
+                plan.layers.append(node.name)
+            elif node.name in passthrough:
+                plan.add_activation(node.input[0])
+                plan.shared.append([node.input[0], node.output[0]])
+            fixed = self.FIXED_OUTPUTS.get(node.op_type)
+            if fixed is not None and node.output and node.output[0] in plan.activations:
+                plan.fixed[node.output[0]] = fixed
+        self._finish(idx, plan, compute)
+        return plan
+
+    def _passthrough(self, idx: GraphIndex, compute: Set[str], exclude: FrozenSet[str],
+                     only_set: Optional[FrozenSet[str]]) -> Set[str]:
+        """Pass-through ops that join an int8 island: fed by one and feeding one."""
         passthrough: Set[str] = set()
         for node in idx.graph.node:
             if node.op_type in self.PASSTHROUGH_OPS and self._selected(node, exclude, only_set) \
@@ -104,20 +115,7 @@ class OnnxRuntimeScheme(Scheme):
                     if not feeds_int8:
                         passthrough.discard(node.name)
                         changed = True
-        for node in idx.graph.node:
-            if node.name in compute:
-                for i in inputs_of[node.name]:
-                    plan.add_activation(node.input[i])
-                self._compute_weights(idx, plan, node, act_quantized=True)
-                plan.layers.append(node.name)
-            elif node.name in passthrough:
-                plan.add_activation(node.input[0])
-                plan.shared.append([node.input[0], node.output[0]])
-            fixed = self.FIXED_OUTPUTS.get(node.op_type)
-            if fixed is not None and node.output and node.output[0] in plan.activations:
-                plan.fixed[node.output[0]] = fixed
-        self._finish(idx, plan, compute)
-        return plan
+        return passthrough
 
     def _finish(self, idx: GraphIndex, plan: QuantPlan, compute: Set[str]) -> None:
         """Hook for subclasses (shared scales, fixed outputs)."""

@@ -9,7 +9,7 @@ inputs of a Concat that feeds int8 layers share one scale. BatchNormalization is
 """
 from __future__ import annotations
 
-from typing import FrozenSet, Iterable, Optional, Set
+from typing import Any, FrozenSet, Iterable, Optional
 
 from ..graph import GraphIndex
 from .base import QuantPlan, Scheme
@@ -50,42 +50,49 @@ class TensorRTScheme(Scheme):
         exclude = frozenset(exclude)
         only_set: Optional[FrozenSet[str]] = frozenset(only) if only is not None else None
         plan = QuantPlan()
-        int8_consumers: Set[str] = set()
         for node in idx.graph.node:
             if not self._selected(node, exclude, only_set):
                 continue
             op = node.op_type
             if op in self.WEIGHTED_OPS and self._act(idx, node.input[0]):
-                has_w = self._compute_weights(idx, plan, node, act_quantized=True)
-                b_act = op in ("Gemm", "MatMul") and len(node.input) > 1 and self._act(idx, node.input[1])
-                if not has_w and not b_act:
-                    continue
-                plan.add_activation(node.input[0], (node.name, 0))
-                if b_act:
-                    plan.add_activation(node.input[1], (node.name, 1))
-                plan.layers.append(node.name)
-                int8_consumers.add(node.name)
+                self._plan_weighted(idx, plan, node)
             elif op in self.POOL_OPS and self._act(idx, node.input[0]):
                 plan.add_activation(node.input[0], (node.name, 0))
                 plan.layers.append(node.name)
-                int8_consumers.add(node.name)
             elif op == "Add" and len(node.input) == 2 and all(self._act(idx, t) for t in node.input):
-                a, b = node.input
-                conv_a, conv_b = self._conv_branch(idx, a), self._conv_branch(idx, b)
-                if not (conv_a or conv_b):
-                    continue  # not a residual: left in float
-                shortcut = 1 if conv_a else 0  # both conv outputs: fuse into input 0's conv
-                plan.add_activation(node.input[shortcut], (node.name, shortcut))
-                plan.layers.append(node.name)
+                self._plan_residual_add(idx, plan, node)
         # Concat feeding int8 layers: Q/DQ on every input, one scale for all
         for node in idx.graph.node:
-            if node.op_type != "Concat" or not self._selected(node, exclude, only_set):
-                continue
-            out = node.output[0]
-            if out not in plan.activations or not all(self._act(idx, t) for t in node.input):
-                continue
-            for i, t in enumerate(node.input):
-                plan.add_activation(t, (node.name, i))
-            plan.shared.append(list(node.input) + [out])
-            plan.layers.append(node.name)
+            if node.op_type == "Concat" and self._selected(node, exclude, only_set):
+                self._plan_concat(idx, plan, node)
         return plan
+
+    def _plan_weighted(self, idx: GraphIndex, plan: QuantPlan, node: Any) -> None:
+        """Conv/Gemm/MatMul: Q/DQ on the data input (and a second activation operand of a matmul)."""
+        has_w = self._compute_weights(idx, plan, node, act_quantized=True)
+        b_act = node.op_type in ("Gemm", "MatMul") and len(node.input) > 1 and self._act(idx, node.input[1])
+        if not has_w and not b_act:
+            return
+        plan.add_activation(node.input[0], (node.name, 0))
+        if b_act:
+            plan.add_activation(node.input[1], (node.name, 1))
+        plan.layers.append(node.name)
+
+    def _plan_residual_add(self, idx: GraphIndex, plan: QuantPlan, node: Any) -> None:
+        """A residual Add: Q/DQ on the shortcut, so TensorRT fuses the Add into the conv of the other input."""
+        a, b = node.input
+        conv_a, conv_b = self._conv_branch(idx, a), self._conv_branch(idx, b)
+        if not (conv_a or conv_b):
+            return  # not a residual: left in float
+        shortcut = 1 if conv_a else 0  # both conv outputs: fuse into input 0's conv
+        plan.add_activation(node.input[shortcut], (node.name, shortcut))
+        plan.layers.append(node.name)
+
+    def _plan_concat(self, idx: GraphIndex, plan: QuantPlan, node: Any) -> None:
+        out = node.output[0]
+        if out not in plan.activations or not all(self._act(idx, t) for t in node.input):
+            return
+        for i, t in enumerate(node.input):
+            plan.add_activation(t, (node.name, i))
+        plan.shared.append(list(node.input) + [out])
+        plan.layers.append(node.name)
