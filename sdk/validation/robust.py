@@ -41,10 +41,10 @@ def run_robustness(
     if spec is not None and not isinstance(spec, ValidationSpec):
         spec = load_spec(spec)
     rob = dict((spec.robustness if spec is not None else None) or {})
-    corruptions = corruptions if corruptions is not None else rob.get("corruptions")
-    severities = severities if severities is not None else rob.get("severities", "1-5")
-    seed = int(seed if seed is not None else rob.get("seed", 0))
-    limit = limit if limit is not None else rob.get("max_samples")
+    corruptions = _first_given(corruptions, rob.get("corruptions"))
+    severities = _first_given(severities, rob.get("severities", "1-5"))
+    seed = int(_first_given(seed, rob.get("seed", 0)))
+    limit = _first_given(limit, rob.get("max_samples"))
     m = model if isinstance(model, Model) else Model.load(model)
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
@@ -55,11 +55,7 @@ def run_robustness(
         result = robustness_on(r, m, ds, corruptions=corruptions, severities=severities, seed=seed, limit=limit,
                                target=board_target)
     run = BoardRun(board=getattr(runner, "name", str(board or target)), robustness=result.to_dict())
-    checks: List[CheckResult] = []
-    for chk in CHECKS.values():
-        if chk.section == "robustness" and chk.key in rob:
-            verdict, measured, reason = chk.fn(run, spec, rob[chk.key])
-            checks.append(CheckResult(chk.name, verdict, measured, rob[chk.key], chk.unit, chk.op, reason))
+    checks = _robustness_checks(run, spec, rob)
     return {
         "schema": "edgesdk.robustness/1",
         "verdict": FAIL if any(c.verdict == FAIL for c in checks) else PASS,
@@ -69,3 +65,17 @@ def run_robustness(
         "robustness": result.to_dict(),
         "checks": [c.to_dict() for c in checks],
     }
+
+
+def _first_given(value: Any, default: Any) -> Any:
+    return value if value is not None else default
+
+
+def _robustness_checks(run: BoardRun, spec: Any, rob: Dict[str, Any]) -> List[CheckResult]:
+    """The spec's ``[robustness]`` limits evaluated on ``run`` as checks."""
+    checks: List[CheckResult] = []
+    for chk in CHECKS.values():
+        if chk.section == "robustness" and chk.key in rob:
+            verdict, measured, reason = chk.fn(run, spec, rob[chk.key])
+            checks.append(CheckResult(chk.name, verdict, measured, rob[chk.key], chk.unit, chk.op, reason))
+    return checks
