@@ -13,7 +13,7 @@ from .errors import InputError
 Dim = Union[int, str, None]
 """One dimension: an int, a symbolic name (``"batch"``), or ``None`` when unknown."""
 
-__all__ = ["Dim", "TensorSpec", "parse_shape", "parse_input_shapes", "format_shape"]
+__all__ = ["Dim", "TensorSpec", "parse_shape", "parse_input_shapes", "format_shape", "num_elements"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,14 @@ class TensorSpec:
         if self.quantization is not None:
             out["quantization"] = {"scale": self.quantization[0], "zero_point": self.quantization[1]}
         return out
+
+
+def num_elements(shape: Iterable[Any]) -> int:
+    """The number of elements of a concrete ``shape`` (1 for a scalar's ``()``)."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 def format_shape(shape: Iterable[Dim]) -> str:

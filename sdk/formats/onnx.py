@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 
 from ..errors import InputError, InvalidModelError, MissingDependencyError, ModelError, ModelFormatError, first_line
 from ..tensors import TensorSpec, check_input_names, format_shape
+from ..tensors import num_elements as _prod
 from . import ModelFormat
 
 if TYPE_CHECKING:
@@ -207,13 +208,6 @@ def _static_shape(shapes: Dict[str, List[Any]], name: str) -> Optional[List[int]
     if s is None or any(not isinstance(d, int) or d < 0 for d in s):
         return None
     return s
-
-
-def _prod(xs: Sequence[Any]) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
 
 
 def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from ..errors import MissingDependencyError, ModelFormatError, TargetUnavailableError, first_line
 from ..probe import dist_version, module_installed
 from ..tensors import TensorSpec
+from ..tensors import num_elements as _prod
 from . import ModelFormat
 
 if TYPE_CHECKING:
@@ -376,13 +377,6 @@ def _tensor_dict(t: Dict[str, Any]) -> Dict[str, Any]:
         out["quantization"] = {"scales": scales, "zero_points": [int(z) for z in q.get("zero_points", [])],
                                "axis": int(q.get("quantized_dimension", 0))}
     return out
-
-
-def _prod(xs: Sequence[int]) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
 
 
 def _itemsize(dtype: Any) -> int:
