@@ -26,7 +26,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import InputError, MissingDependencyError
 
@@ -276,14 +276,14 @@ def fetch(models: Optional[Sequence[str]] = None, *, with_photos: bool = True,
     return {m.name: _model_path(m) for m in chosen}
 
 
-def sample_inputs(name: str, n: int = 8, *, seed: int = 0) -> List[Dict[str, "object"]]:
+def sample_inputs(name: str, n: int = 8, *, seed: int = 0) -> List[Dict[str, Any]]:
     """``n`` input feeds for the model, made from the corpus photos by the model's task."""
     from .tasks import task_of
 
     return task_of(get(name)).sample_inputs(get(name), n, seed)
 
 
-def metric(name: str, reference: Sequence[Sequence["object"]], candidate: Sequence[Sequence["object"]]) -> float:
+def metric(name: str, reference: Sequence[Sequence[Any]], candidate: Sequence[Sequence[Any]]) -> float:
     """The task metric of a candidate's outputs against the FP32 reference (1.0 = same result).
 
     ``reference`` and ``candidate`` hold one list of output arrays (in the model's output order)
@@ -308,5 +308,6 @@ def _require_cv2() -> "object":
     try:
         import cv2  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError("reading the corpus photos needs OpenCV: pip install 'edgesdk[vision]'") from exc
+        raise MissingDependencyError("reading the corpus photos", "opencv-python-headless",
+                                     "pip install 'edgesdk[vision]'") from exc
     return cv2
