@@ -69,8 +69,12 @@ class Runtime:
     options: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
     def target_options(self, target: str, given: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        """The options to open ``target`` with: the profile's defaults, overridden by ``given``."""
-        return {**self.options.get(target, {}), **dict(given or {})}
+        """The options to open ``target`` (a name or an alias: ``trt``) with: the profile's
+        defaults, overridden by ``given``."""
+        from ..targets.registry import TARGETS
+
+        key = TARGETS.canonical(target) if target in TARGETS else target
+        return {**self.options.get(key, {}), **dict(given or {})}
 
 
 @dataclass
@@ -157,15 +161,14 @@ def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_na
 
 def _target_tables(runtime: Dict[str, Any], source: str) -> Dict[str, Any]:
     """Pop the ``[runtime.<target>]`` tables out of ``runtime``; each must name a known target."""
-    from ..targets import target_names
+    from ..targets.registry import TARGETS
 
     options = {}
     for key in [k for k, v in runtime.items() if isinstance(v, dict)]:
-        known = target_names()
-        if key not in known:
+        if key not in TARGETS:  # a name or an alias (trt, ort, litert)
             raise ConfigError(f"{source}: unknown table '[runtime.{key}]'",
-                              f"runtime option tables are named after a target: {', '.join(known)}")
-        options[key] = dict(runtime.pop(key))
+                              f"runtime option tables are named after a target: {', '.join(TARGETS.names())}")
+        options[TARGETS.canonical(key)] = dict(runtime.pop(key))
     return {"options": options} if options else {}
 
 
