@@ -105,7 +105,7 @@ def test_preprocess_zero_copy_registered_and_banded_are_identical(cuda, bands):
 
 def test_postprocess_real_detector_outputs(cuda):
     """NudeNet's YOLOv8n outputs on the corpus photos (transposed layout, 18 classes)."""
-    from realdata import nudenet_outputs
+    from tests.kernels.realdata import nudenet_outputs
 
     from sdk.kernels.postprocess import GpuYoloPostprocessor
 

@@ -176,7 +176,7 @@ def test_preprocess_launch_matches_the_kernel_and_zero_copy_skips_the_host_copy(
         assert ops.index("event-sync") < ops.index("htod")
         assert b.ops[ops.index("event-sync")][1] is pre._uploaded
     assert len(b.launches) == 4
-    for name, grid, block, args in b.launches:
+    for _name, grid, block, args in b.launches:
         assert [_kind(a) for a in args] == sig
         assert block == BLOCK and grid == ((640 + BLOCK[0] - 1) // BLOCK[0], (640 + BLOCK[1] - 1) // BLOCK[1], 1)
         assert (int(args[-2]), int(args[-1])) == (0, 640)

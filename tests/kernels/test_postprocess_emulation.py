@@ -81,7 +81,7 @@ def test_no_candidates():
 @pytest.mark.parametrize("thr", [0.05, 0.25])
 def test_emulation_equals_reference_on_a_real_detector(thr):
     """NudeNet's YOLOv8n on the corpus photos: real scores, real overlapping boxes."""
-    from realdata import nudenet_outputs
+    from tests.kernels.realdata import nudenet_outputs
 
     outs = nudenet_outputs()
     if outs is None:

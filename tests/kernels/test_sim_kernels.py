@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is need
 
 @pytest.fixture(scope="module")
 def sim():
-    from simgpu import SimBackend
+    from tests.kernels.simgpu import SimBackend
 
     with SimBackend() as backend:
         yield backend
@@ -59,7 +59,7 @@ def test_postprocess_kernels_on_the_simulated_gpu(sim, n, classes, obj, transpos
 
 def test_postprocess_real_detector_outputs_on_the_simulated_gpu(sim):
     """NudeNet's YOLOv8n outputs on the corpus photos (transposed layout, 18 classes)."""
-    from realdata import nudenet_outputs
+    from tests.kernels.realdata import nudenet_outputs
 
     from sdk.kernels.postprocess import GpuYoloPostprocessor
 
