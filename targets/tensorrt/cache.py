@@ -135,16 +135,13 @@ class EngineCache:
 
     def store(self, key: EngineKey, engine_bytes: bytes, extra: Optional[Dict[str, Any]] = None) -> Path:
         """Write the engine and its metadata atomically; returns the engine path."""
+        from ...atomic import atomic_write
+
         engine, meta_path = self.paths(key)
-        engine.parent.mkdir(parents=True, exist_ok=True)
-        tmp = engine.with_suffix(".engine.tmp")
-        tmp.write_bytes(engine_bytes)
-        tmp.replace(engine)
+        atomic_write(engine, engine_bytes)
         meta = {"key": key.to_dict(), "engine_sha256": hashlib.sha256(engine_bytes).hexdigest(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
-        tmpm = meta_path.with_suffix(".json.tmp")
-        tmpm.write_text(json.dumps(meta, indent=1, sort_keys=True, default=str))
-        tmpm.replace(meta_path)
+        atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True, default=str))
         return engine
 
     def invalidate(self, key: EngineKey) -> None:

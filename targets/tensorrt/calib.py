@@ -101,17 +101,10 @@ def read_calibration_cache(path: Union[str, "os.PathLike[str]"]) -> CalibrationC
 
 def write_calibration_cache(path: Union[str, "os.PathLike[str]"], cache: CalibrationCache) -> Path:
     """Write ``cache`` atomically (a temporary file renamed over ``path``); returns the path."""
-    path = Path(path)
+    from ...atomic import atomic_write
+
     text = cache.to_text()  # a bad name fails before anything is written
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return atomic_write(path, text)
 
 
 def check_cache_version(cache: CalibrationCache, trt_version: str, source: Optional[str] = None) -> None:
