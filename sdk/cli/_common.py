@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 STATE: Dict[str, Any] = {"debug": False}
@@ -66,7 +65,7 @@ def fmt_ms(v: Optional[float]) -> str:
     return f"{v:.4f}" if v < 1 else (f"{v:.3f}" if v < 10 else f"{v:.2f}")
 
 
-def latency_table(title: str, results: List[Tuple[str, Any]]):
+def latency_table(title: str, results: List[Tuple[str, Any]]) -> Any:
     """A rich table with one column per ``(label, BenchResult)`` and one row per statistic (with
     the 95% interval of p50/p90/p99), so it stays readable in a narrow terminal."""
     from rich.table import Table
@@ -80,7 +79,7 @@ def latency_table(title: str, results: List[Tuple[str, Any]]):
     for key in ("mean", "std", "min", "p50", "p90", "p95", "p99", "max"):
         t.add_row(f"{key} ms", *[fmt_ms(getattr(s, key + "_ms")) for s in stats])
         if key in ("p50", "p90", "p99"):
-            t.add_row(f"  95% CI", *[fmt_ci(s.ci(key), key) for s in stats])
+            t.add_row("  95% CI", *[fmt_ci(s.ci(key), key) for s in stats])
     t.add_row("throughput inf/s", *[f"{s.throughput_ips:.1f}" for s in stats])
     return t
 

@@ -54,20 +54,12 @@ CheckFn = Callable[[Any, Any, Any], Tuple[str, Any, str]]
 CHECKS: "Registry[_Check]" = Registry("check", entry_points="edgesdk.checks")
 
 
-<<<<<<< HEAD
 def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "", doc: str = "",
-                   default: Optional[Callable[[Any], Any]] = None):
+                   default: Optional[Callable[[Any], Any]] = None) -> Callable[[CheckFn], CheckFn]:
     """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``. ``default``:
     ``run -> limit`` for runs that enable the check without the spec key (None: not enabled)."""
-    def deco(fn):
-        CHECKS[name] = _Check(name, section, key, stage, fn, unit, op, doc, default)
-=======
-def register_check(name: str, section: str, key: Optional[str], stage: str, unit: str = "", op: str = "",
-                   doc: str = "") -> Callable[[CheckFn], CheckFn]:
-    """Decorator: register ``fn(run, spec, limit) -> (verdict, measured, reason)``."""
     def deco(fn: CheckFn) -> CheckFn:
-        CHECKS.register(name, _Check(name, section, key, stage, fn, unit, op, doc))
->>>>>>> a8bb8f4 (One registry helper (sdk/registry.py) for targets, formats, schemes, calibration methods, power sources, CUDA backends, checks and corruptions: shared aliases, entry points, did-you-mean, UnknownNameError; Session.runner() is the template method of the timed path (translates runtime errors); dead code removed)
+        CHECKS.register(name, _Check(name, section, key, stage, fn, unit, op, doc, default))
         return fn
     return deco
 
