@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import run_cli
+from tests.clirun import run_cli
 from sdk.compare import compare_results, find_baseline, load_result, load_results
 from sdk.errors import InputError, ResultFormatError
 from sdk.result import LatencyStats

@@ -131,7 +131,7 @@ def test_early_stop_waits_for_the_tail_percentile():
 
 
 def test_bench_cli_early_stop_and_intervals(example_model, capsys):
-    from clirun import run_cli
+    from tests.clirun import run_cli
 
     code, out, err = run_cli(["bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "5", "--warmup", "1",
                               "--min-seconds", "0", "--early-stop", "90", "--json", "-"], capsys)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clirun import run_cli
+from tests.clirun import run_cli
 from sdk.errors import ConfigError
 from sdk.result import BenchResult, LatencyStats
 from sdk.spec import parse_spec
