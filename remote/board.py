@@ -257,7 +257,8 @@ class Board:
                   runs: int = 100, min_seconds: float = 1.0, warmup: int = 10, idle_seconds: float = 1.0,
                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                   target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
-                  samples: bool = False, early_stop: Optional["EarlyStop"] = None) -> "BenchResult":
+                  samples: bool = False, early_stop: Optional["EarlyStop"] = None, lock_clocks: Any = None,
+                  telemetry: Any = True) -> "BenchResult":
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
         ``target`` (default: the profile's first) and measure latency (MLPerf SingleStream: at
         least ``runs`` AND ``min_seconds``, and with ``early_stop`` (:class:`sdk.bench.EarlyStop`)
@@ -267,7 +268,10 @@ class Board:
         :class:`~sdk.errors.ResultFormatError` naming the board. With ``samples=True`` it also
         holds the latency samples in run order (``samples_ms``, at most 20,000, every
         ``samples_stride``-th) and the power trace (``power.trace``: ``[t_s, W]`` on the clock of
-        ``window``)."""
+        ``window``). ``telemetry``: sample CPU/GPU load, clocks and temperatures during the run
+        (True, False or ``{rate_hz}``; in ``result.telemetry``). ``lock_clocks``: on a Jetson, pin
+        clocks with nvpmodel + jetson_clocks for the run and restore them after (True or
+        ``{power_mode, sudo}``; states and commands in ``result.clock_lock``)."""
         from ..result import BenchResult
 
         pushed = self.push(model)
@@ -279,6 +283,7 @@ class Board:
             "input_shapes": {k: list(v) for k, v in (input_shapes or {}).items()},
             "runs": runs, "warmup": warmup, "min_seconds": min_seconds, "idle_seconds": idle_seconds,
             "power": self._power_request(), "workdir": self._abs(self.workdir), "samples": bool(samples),
+            "telemetry": telemetry, "lock_clocks": lock_clocks or None,
         }
         if early_stop is not None:
             request["early_stop"] = {"percentile": early_stop.percentile,

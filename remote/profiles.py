@@ -12,7 +12,8 @@ separated, earlier folders win) override packaged ones of the same name. A profi
     [runtime.<target>]  that target's default options on this board (e.g. tensorrt dla_core,
                    workspace_mib; tflite threads, delegate), under what a caller passes
     [power]        sensors (order to try) sysfs_root (tests / simulation)
-    [hardware]     gpu_arch memory_gb peak_tops
+    [hardware]     gpu_arch memory_gb peak_tops memory_bandwidth_gbs source
+    [hardware.peak_gops]  fp32 fp16 int8: dense peak GOP/s per precision (the roofline's roofs)
 
 Unknown keys are a :class:`~sdk.errors.ConfigError` that names the key and the allowed ones.
 Passwords are never accepted: keys or ssh-agent only.
@@ -85,9 +86,16 @@ class Power:
 
 @dataclass
 class Hardware:
+    """What the board's chip can do. ``peak_gops``: dense peak GOP/s per precision (``fp32``,
+    ``fp16``, ``int8``) and ``memory_bandwidth_gbs`` (GB/s) are the roofline's roofs
+    (``sdk profile --roofline``); ``source`` cites where they come from."""
+
     gpu_arch: Optional[str] = None
     memory_gb: Optional[float] = None
     peak_tops: Optional[float] = None
+    peak_gops: Dict[str, float] = field(default_factory=dict)
+    memory_bandwidth_gbs: Optional[float] = None
+    source: Optional[str] = None
 
 
 @dataclass
@@ -114,7 +122,8 @@ _TABLES: Dict[str, Tuple[type, Dict[str, Any]]] = {
                                 "known_hosts": str, "python": str, "workdir": str}),
     "runtime": (Runtime, {"targets": list, "precision": str}),
     "power": (Power, {"sensors": list, "sysfs_root": str}),
-    "hardware": (Hardware, {"gpu_arch": str, "memory_gb": (int, float), "peak_tops": (int, float)}),
+    "hardware": (Hardware, {"gpu_arch": str, "memory_gb": (int, float), "peak_tops": (int, float),
+                            "peak_gops": dict, "memory_bandwidth_gbs": (int, float), "source": str}),
 }
 _FORBIDDEN = {"password", "passphrase"}
 
@@ -133,6 +142,9 @@ def _check_keys(where: str, data: Mapping[str, Any], allowed: Mapping[str, Any],
             raise ConfigError(f"{src}: '{where}{key}' must be {wname}, not {type(value).__name__}")
         if want is list and not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{src}: '{where}{key}' must be a list of strings")
+        if want is dict and where and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                    for v in value.values()):
+            raise ConfigError(f"{src}: '{where}{key}' must map names to positive numbers")
 
 
 def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_name: Optional[str] = None) -> BoardProfile:

@@ -62,6 +62,7 @@ __all__ = [
     "HostKeyError",
     "RemoteCommandError",
     "TransferError",
+    "ProfilingUnavailableError",
     "PowerError",
     "ValidationError",
     "first_line",
@@ -166,6 +167,10 @@ class UnknownTargetError(TargetError, UnknownNameError):
 
 class TargetUnavailableError(TargetError):
     """The target's runtime is missing or broken on this machine."""
+
+
+class ProfilingUnavailableError(TargetError):
+    """The target (or its runtime here) exposes no per-layer profiler; the message says why."""
 
 
 class BuildError(TargetError):

@@ -310,6 +310,11 @@ OPTIONAL_SECTIONS: Dict[str, Tuple[Callable[[Any], Any], Callable[[Any], Any]]] 
     "board": (_plain, _plain),
     "transfer": (_plain, _plain),
     "agent": (_plain, _plain),
+    "telemetry": (_plain, _plain),
+    "clocks": (_plain, _plain),
+    "clock_lock": (_plain, _plain),
+    "stages_ms": (_plain, _plain),
+    "pipeline": (_plain, _plain),
 }
 
 
@@ -338,6 +343,16 @@ class BenchResult:
     board: Optional[Dict[str, Any]] = None
     transfer: Optional[Dict[str, Any]] = None
     agent: Optional[Dict[str, Any]] = None
+    #: Device telemetry sampled with power (sdk.remote.agent.power.telemetry): t_s, series, units, window.
+    telemetry: Optional[Dict[str, Any]] = None
+    #: Clock-lock state during the run: locked_during_run, lock_requested, restored / state.
+    clocks: Optional[Dict[str, Any]] = None
+    #: --lock-clocks record: states before / during / after, commands run, restored.
+    clock_lock: Optional[Dict[str, Any]] = None
+    #: Pipeline split (sdk bench --pipeline): {stage: {mean, std, min, p50, p90, p99, max, share}}.
+    stages_ms: Optional[Dict[str, Any]] = None
+    #: What the pipeline ran and where (kind, stages, frames, devices, why_not_cuda, ...).
+    pipeline: Optional[Dict[str, Any]] = None
     schema_version: int = SCHEMA_VERSION
 
     # -- identity ---------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class Session:
     """
 
     target_name: ClassVar[str] = ""
+    #: Why :meth:`profile` is not available on this target (the base implementation's error).
+    profile_unavailable: ClassVar[str] = "this target exposes no per-layer profiler"
 
     def __init__(self, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]):
         self.inputs: List[TensorSpec] = list(inputs)
@@ -138,7 +140,30 @@ class Session:
 
         return run_once
 
+    def profile(self, feeds: Mapping[str, np.ndarray], *, runs: int = 20, warmup: int = 3) -> Any:
+        """Per-layer times of ``runs`` inferences of ``feeds`` (after ``warmup``), through the
+        runtime's own profiler: a :class:`~sdk.targets.profiling.LayerProfile` whose layers carry
+        the runtime's names (``onnx_nodes`` filled where the runtime says; see
+        :func:`~sdk.targets.profiling.map_to_onnx`). Targets without a reachable profiler raise
+        :class:`~sdk.errors.ProfilingUnavailableError` saying why."""
+        if runs < 1 or warmup < 0:
+            raise InputError("profile runs must be >= 1 and warmup >= 0")
+        if self._closed:
+            raise InferenceError(f"{self.target_name} session is closed")
+        try:
+            return self._profile_impl(feeds, runs, warmup)
+        except EdgeSDKError:
+            raise
+        except Exception as exc:
+            raise self._explain(feeds, exc) from exc
+
     # -- for subclasses ----------------------------------------------------------------------------
+    def _profile_impl(self, feeds: Mapping[str, np.ndarray], runs: int, warmup: int) -> Any:
+        from ..errors import ProfilingUnavailableError
+
+        raise ProfilingUnavailableError(f"per-layer profiling is not available on target "
+                                        f"'{self.target_name or type(self).__name__}': {self.profile_unavailable}")
+
     def _run_impl(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise NotImplementedError
 

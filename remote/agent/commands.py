@@ -13,8 +13,9 @@ Requests (JSON objects; unknown keys are a :class:`~sdk.errors.ConfigError`):
            ({name: [dims]} or ["name=1x3x8x8"]), data_path? (.npy/.npz), runs?=100, warmup?=10,
            min_seconds?=1.0, max_seconds?, seed?=0, workdir?, idle_seconds?=1.0,
            power? ({sensors?, sysfs_root?, rate_hz?=20} or false), samples?, max_samples?=20000,
-           early_stop? ({percentile, max_ci_width_pct?} or a percentile)}``: prints
-           :meth:`sdk.result.BenchResult.to_dict`
+           early_stop? ({percentile, max_ci_width_pct?} or a percentile), telemetry? ({rate_hz?=5} or
+           false; default on), lock_clocks? ({power_mode?, sudo?} or true: nvpmodel + jetson_clocks,
+           restored after)}``: prints :meth:`sdk.result.BenchResult.to_dict`
 ``infer``  ``{model_path, target?, target_options?, precision?, workdir?, inputs_npz, outputs_npz}``
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ...config import check_keys
 from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
 from ...probe import module_installed
 
-__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version"]
+__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version", "profile"]
 
 _INSTALL_NUMPY = "pip3 install numpy (or: sudo apt install python3-numpy)"
 
@@ -120,7 +121,7 @@ def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
 # -- bench -----------------------------------------------------------------------------------------------
 _BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "data_path", "runs",
                "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power", "samples",
-               "max_samples", "early_stop")
+               "max_samples", "early_stop", "telemetry", "lock_clocks")
 
 
 def _power_request(request: Mapping[str, Any]) -> Tuple[Any, Optional[List[str]], str, float]:
@@ -230,10 +231,17 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     if power_req is not False:
         source, tried = open_source(sensors, root)
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
-    with tgt.open(artifact) as session:
+    from .power.runctx import RunContext
+
+    ctx = RunContext(request.get("telemetry", True), request.get("lock_clocks"), root, source)
+    with tgt.open(artifact) as session, ctx:
         device["temperatures_before_c"] = temperatures(root)
         sampler = PowerSampler(source, rate_hz) if source is not None else None
-        run, idle_window = _measure(session, sampler, idle_s, shapes, data, request, early_stop)
+        ctx.start_telemetry()
+        try:
+            run, idle_window = _measure(session, sampler, idle_s, shapes, data, request, early_stop)
+        finally:
+            ctx.stop_telemetry()
         inputs = describe_inputs(session, shapes, data)
     device["temperatures_after_c"] = temperatures(root)
     with_samples = bool(request.get("samples"))
@@ -252,7 +260,9 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
                                 float(request.get("min_seconds", 1.0)), request.get("max_seconds"),
                                 data, int(request.get("seed", 0)), early_stop, idle_seconds=idle_s),
         samples_ms=samples, samples_stride=stride, window=window, power=power, energy=energy,
-        precision=precision, device=device, agent={"version": __version__})
+        precision=precision, device=device, agent={"version": __version__},
+        **ctx.report((idle_window or (run.begin_s, run.end_s))[0], (run.begin_s, run.end_s),
+                     sampler.trace() if sampler is not None and power.measured else None))
     return result.to_dict(samples=with_samples)
 
 
@@ -318,11 +328,19 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
             "model": {"path": str(model.path), "sha256": model.sha256}}
 
 
+def profile(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Per-layer profile on the board (see :mod:`.profile_cmd`)."""
+    from .profile_cmd import profile as run_profile
+
+    return run_profile(request)
+
+
 COMMANDS: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
     "version": version,
     "facts": facts,
     "bench": bench,
     "infer": infer,
+    "profile": profile,
 }
 
 

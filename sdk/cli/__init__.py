@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "sdk.cli.remote_cmds",   # boards, push
     "sdk.cli.validate_cmds", # validate, robustness
     "sdk.cli.compare_cmds",  # compare
+    "sdk.cli.profile_cmds",  # profile
 ]
 
 EXIT_FAILED = 1   # the job ran and its verdict is negative (a check failed, a board failed)

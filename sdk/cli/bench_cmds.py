@@ -35,6 +35,11 @@ def bench_cmd(
         None, "--max-ci-width", min=0.0, help="With --early-stop: until that interval is at most this % wide "
                                               "(bounded by --max-seconds)."),
     max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0, help="Stop measuring after this long (s)."),
+    pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Time a whole pipeline per frame instead: "
+                                                                   "'detect' (decode, preprocess, inference, "
+                                                                   "YOLO post-processing) over the images of --data."),
+    device: str = typer.Option("auto", "--device", help="--pipeline: pre/post-processing on auto | cpu | cuda."),
+    report: Optional[str] = typer.Option(None, "--report", help="--pipeline: write an HTML report here."),
 ) -> None:
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
     from ..bench import EarlyStop
@@ -56,6 +61,12 @@ def bench_cmd(
         opts["threads"] = threads
     if provider:
         opts["providers"] = [p for item in provider for p in item.split(",") if p]
+    if pipeline:
+        from .pipeline_cmds import run_pipeline_cmd
+
+        run_pipeline_cmd(pipeline, model, data=data, target=target, target_options=opts, shapes=shapes, frames=runs,
+                         warmup=warmup, device=device, json_path=json_path, report=report)
+        return
     early = EarlyStop(early_stop, max_ci_width) if early_stop is not None else None
     result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=data, warmup=warmup,
                        runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early)

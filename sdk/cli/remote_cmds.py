@@ -181,6 +181,10 @@ def push_cmd(
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the results (a list, one per board) here ('-' for stdout)."),
     trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record unknown host keys."),
     jobs: int = typer.Option(8, "--jobs", min=1, help="Boards handled at once."),
+    lock_clocks: bool = typer.Option(False, "--lock-clocks", help="Jetson: pin clocks (nvpmodel + jetson_clocks) for "
+                                                                  "the run, restore them after; needs root or sudo."),
+    power_mode: Optional[int] = typer.Option(None, "--power-mode", help="With --lock-clocks: nvpmodel mode id to run in."),
+    report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (latency, power, telemetry)."),
 ) -> None:
     """Push a model to boards over SSH, benchmark it there with power, print one table per board.
     Exit code 0 only if every board succeeded, 1 otherwise."""
@@ -204,8 +208,10 @@ def push_cmd(
 
     def job(b: Any) -> Any:
         b.progress = uploads.callback(b.name)
+        lock = ({"power_mode": power_mode} if power_mode is not None else True) if lock_clocks else None
         return b.benchmark(model, target=target, precision=precision, runs=runs, min_seconds=min_seconds,
-                           warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts)
+                           warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts,
+                           lock_clocks=lock, samples=bool(report))
 
     try:
         results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host)
@@ -233,6 +239,13 @@ def push_cmd(
                        else Exception(f"{fr.board}: {fr.error}"))
     if json_path:
         write_json(json_path, out)
+    if report:
+        from ..reports.perf_html import bench_html
+
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(bench_html(out), encoding="utf-8")
+        if json_path != "-":
+            c.print(f"wrote {report}")
     failed = [fr.board for fr in results if not fr.ok]
     if failed:
         if json_path != "-":

@@ -29,9 +29,10 @@ class OnnxRuntimeSession(Session):
 
     target_name = "onnxruntime"
 
-    def __init__(self, sess: Any, io_binding: bool = False):
+    def __init__(self, sess: Any, io_binding: bool = False, profiling_session: Any = None):
         super().__init__([_spec(a) for a in sess.get_inputs()], [_spec(a) for a in sess.get_outputs()])
         self._sess = sess
+        self._profiling_session = profiling_session
         self._names = [o.name for o in self.outputs]
         self._io_binding = io_binding
         self.run = self._make_run()  # type: ignore[method-assign]  # instance attribute: one Python frame per call
@@ -95,6 +96,15 @@ class OnnxRuntimeSession(Session):
 
     def _run_closed(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise self._explain(feeds, RuntimeError("closed"))
+
+    def _profile_impl(self, feeds: Mapping[str, np.ndarray], runs: int, warmup: int) -> Any:
+        """ONNX Runtime's profiler on a second session (see :func:`.profile.profile_ort`);
+        ``profiling_session(prefix)`` creates it with the same model, providers and options."""
+        if self._profiling_session is None:
+            return super()._profile_impl(feeds, runs, warmup)
+        from .profile import profile_ort
+
+        return profile_ort(self._profiling_session, self._names, self.run, feeds, runs, warmup)
 
 
 def _cpu_binding_run(sess: Any):

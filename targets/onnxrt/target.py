@@ -86,9 +86,13 @@ class OnnxRuntimeTarget(Target):
             meta["optimized_model"] = str(save)
         return artifact
 
-    def _create(self, artifact: Artifact, providers, optimized_path: Optional[Path] = None):
+    def _create(self, artifact: Artifact, providers, optimized_path: Optional[Path] = None,
+                profile_prefix: Optional[str] = None):
         ort = import_ort()
         so = session_options(ort, self.options, optimized_path)
+        if profile_prefix is not None:  # a second session, for Session.profile()
+            so.enable_profiling = True
+            so.profile_file_prefix = profile_prefix
         source = str(artifact.path) if artifact.path is not None else artifact.data
         try:
             return ort.InferenceSession(source, sess_options=so, providers=providers,
@@ -108,4 +112,5 @@ class OnnxRuntimeTarget(Target):
         use_binding = self.options.get("io_binding", "auto")
         if use_binding == "auto":
             use_binding = providers[0] != "CPUExecutionProvider"
-        return OnnxRuntimeSession(sess, io_binding=bool(use_binding))
+        return OnnxRuntimeSession(sess, io_binding=bool(use_binding),
+                                  profiling_session=lambda prefix: self._create(artifact, providers, profile_prefix=prefix))

@@ -69,6 +69,8 @@ class TFLiteSession(Session):
     (outputs stay in the interpreter), like a native benchmark loop."""
 
     target_name = "tflite"
+    profile_unavailable = ("the TFLite / LiteRT Python Interpreter exposes no op profiler (its C++ profiler has no "
+                           "Python accessor); use the benchmark_model tool with --enable_op_profiling=true")
 
     def __init__(self, interp: Any, *, signature: Optional[str] = None, quantized_io: str = "float",
                  delegates: Sequence[Any] = (), runtime: str = ""):

@@ -67,7 +67,8 @@ def test_ssh_board_benchmark_with_simulated_power(client_home, sshd, board_profi
     assert facts.get("l4t") or facts.get("jetpack")            # read from the simulated /etc/nv_tegra_release
     assert result.power.mean_w > 0 and "ina3221" in str(result.power.source)
     assert result.board == {"name": "nx-sim", "host": "127.0.0.1", "description": "sshd on loopback (nx-sim)",
-                               "hardware": {"gpu_arch": "volta-sm72", "memory_gb": None, "peak_tops": None},
+                               "hardware": {"gpu_arch": "volta-sm72", "memory_gb": None, "peak_tops": None,
+                                            "peak_gops": {}, "memory_bandwidth_gbs": None, "source": None},
                                "profile": str(tmp_path / "boards" / "nx-sim.toml")}
     assert result.transfer["bytes_sent"] == static_conv_model.stat().st_size
     assert result.model["remote_path"].startswith(str(tmp_path / "board-nx-sim" / "models"))

@@ -80,3 +80,7 @@ def probe_all(sysfs_root: Optional[str] = None, sensors: Optional[Sequence[str]]
         out.append({"sensor": name, "found": found, "why_not": None if found else source.why_not,
                     "measures": source.measures, "rails": rails})
     return out
+
+
+# NVIDIA GPUs (nvidia-ml-py): energy counter or polled power; last, after the board's own sensors.
+register_source("nvml", "sdk.remote.agent.power.nvml:NvmlSource")

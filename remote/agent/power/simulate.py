@@ -80,7 +80,7 @@ class SimulatedBoard:
 
     def __init__(self, root: Union[str, os.PathLike], layout: str = "jetson-jp5",
                  rails: Sequence[SineRail] = DEFAULT_RAILS, update_hz: float = 200.0,
-                 rapl_range_uj: int = 2_000_000, volts_mv: int = 5000) -> None:
+                 rapl_range_uj: int = 2_000_000, volts_mv: int = 5000, locked: bool = True) -> None:
         if layout not in LAYOUTS:
             raise ValueError("unknown layout %r; known: %s" % (layout, ", ".join(LAYOUTS)))
         self.root = Path(root)
@@ -89,6 +89,7 @@ class SimulatedBoard:
         self.update_hz = update_hz
         self.rapl_range_uj = int(rapl_range_uj)
         self.volts_mv = int(volts_mv)
+        self.locked = bool(locked)
         self.t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -161,14 +162,19 @@ class SimulatedBoard:
                "< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=1 NAME=5W >\n"
                "< POWER_MODEL ID=2 NAME=10W >\n< PM_CONFIG DEFAULT=2 >\n")
         _write(self.p("/sys/devices/system/cpu/online"), "0-3\n")
-        for c in range(4):
+        for c in range(4):  # locked (what jetson_clocks leaves): min == max; unlocked: min is the floor
             base = "/sys/devices/system/cpu/cpu%d/cpufreq/" % c
-            _write(self.p(base + "scaling_min_freq"), "1479000\n")
+            _write(self.p(base + "scaling_min_freq"), "1479000\n" if self.locked else "102000\n")
             _write(self.p(base + "scaling_max_freq"), "1479000\n")
+            _write(self.p(base + "cpuinfo_max_freq"), "1479000\n")
+            _write(self.p(base + "scaling_cur_freq"), "1479000\n" if self.locked else "729600\n")
         df = "/sys/class/devfreq/57000000.%s" % gpu_node
-        _write(self.p(df + "/min_freq"), "921600000\n")
+        _write(self.p(df + "/min_freq"), "921600000\n" if self.locked else "76800000\n")
         _write(self.p(df + "/max_freq"), "921600000\n")
-        _write(self.p(df + "/cur_freq"), "921600000\n")
+        _write(self.p(df + "/cur_freq"), "921600000\n" if self.locked else "306000000\n")
+        _write(self.p(df + "/device/load"), "0\n")  # per mille; rewritten by the writer thread
+        _write(self.p("/sys/kernel/debug/bpmp/debug/clk/emc/rate"), "1600000000\n" if self.locked else "665600000\n")
+        _write(self.p("/sys/kernel/debug/bpmp/debug/clk/emc/max_rate"), "1600000000\n")
         _write(self.p(df + "/device/of_node/name"), gpu_node + "\x00")
         for i, (kind, milli_c) in enumerate((("CPU-therm", 41500), ("GPU-therm", 39000))):
             _write(self.p("/sys/class/thermal/thermal_zone%d/type" % i), kind + "\n")
@@ -180,7 +186,15 @@ class SimulatedBoard:
         t = time.monotonic() if t is None else t
         getattr(self, "_dynamic_" + _LAYOUT_METHODS[self.layout])(t)
 
+    def _gpu_load(self, t: float, gpu_node: str) -> None:
+        """GPU load (per mille) following the second rail's signal, so telemetry has a known shape."""
+        rail = self.rails[min(1, len(self.rails) - 1)]
+        span = max(1e-9, 2 * abs(rail.amp_w)) if rail.amp_w else 1.0
+        frac = 0.5 + (rail.watts(t, self.t0) - rail.base_w) / span if rail.amp_w else 0.5
+        _write(self.p("/sys/class/devfreq/57000000.%s/device/load" % gpu_node), "%d\n" % int(round(1000 * frac)))
+
     def _dynamic_jp5(self, t: float) -> None:
+        self._gpu_load(t, "ga10b")
         hw = "/sys/bus/i2c/devices/1-0040/hwmon/hwmon3"
         for k, rail in enumerate(self.rails[:3], start=1):
             ma = rail.watts(t, self.t0) * 1e6 / self.volts_mv
@@ -188,6 +202,7 @@ class SimulatedBoard:
             _write(self.p("%s/curr%d_input" % (hw, k)), "%d\n" % int(round(ma)))
 
     def _dynamic_jp4(self, t: float) -> None:
+        self._gpu_load(t, "gpu")
         dev = "/sys/bus/i2c/drivers/ina3221x/6-0040/iio:device0"
         for n, rail in enumerate(self.rails[:3]):
             mw = rail.watts(t, self.t0) * 1e3
@@ -279,3 +294,4 @@ def write_fake_tegrastats(bin_dir: Union[str, os.PathLike], rails: Sequence[Sine
     path.write_text(_TEGRASTATS.format(python=sys.executable, label=LABEL, rails=repr(spec), t0=t0, dialect=dialect))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
+

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .base import PowerSource, Sample, total_of
 
@@ -50,6 +50,8 @@ class TegrastatsSource(PowerSource):
     def __init__(self) -> None:
         super().__init__()
         self.exe: Optional[str] = None
+        #: Called with ``(t_monotonic, line)`` for every line while :meth:`run` streams (telemetry).
+        self.line_listeners: List[Callable[[float, str], None]] = []
 
     def probe(self, root: str = "/") -> bool:
         self.root = root
@@ -97,6 +99,8 @@ class TegrastatsSource(PowerSource):
                 rails = parse_tegrastats(line)
                 if rails:
                     sink((t, rails))
+                for listener in self.line_listeners:
+                    listener(t, line)
                 if stop.is_set():
                     break
         finally:
