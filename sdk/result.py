@@ -21,6 +21,8 @@ JSON layout (every figure's unit is in its name)::
     power            {mean_w, idle_w, samples, rate_hz, source, rails, measures, note, reason, ...}
     energy_mj_per_inference {total, above_idle, reason, ...}
     device, board, transfer, agent   optional sections (absent when not measured there)
+    telemetry, clocks, clock_lock    optional: device telemetry over the run, clock-lock state and record
+    stages_ms, pipeline              optional: a pipeline run's per-stage statistics, what ran where
     samples_ms, samples_stride       optional: latency samples in run order (every stride-th)
 
 Adding an optional section (e.g. ``stages_ms``, ``telemetry``): add a field with default ``None``
