@@ -233,15 +233,15 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     from .power.runctx import RunContext
 
-    ctx = RunContext(request.get("telemetry", True), request.get("lock_clocks"), root, source)
-    with tgt.open(artifact) as session, ctx:
+    run_ctx = RunContext(request.get("telemetry", True), request.get("lock_clocks"), root, source)
+    with tgt.open(artifact) as session, run_ctx:
         device["temperatures_before_c"] = temperatures(root)
         sampler = PowerSampler(source, rate_hz) if source is not None else None
-        ctx.start_telemetry()
+        run_ctx.start_telemetry()
         try:
             run, idle_window = _measure(session, sampler, idle_s, shapes, data, request, early_stop)
         finally:
-            ctx.stop_telemetry()
+            run_ctx.stop_telemetry()
         inputs = describe_inputs(session, shapes, data)
     device["temperatures_after_c"] = temperatures(root)
     with_samples = bool(request.get("samples"))
@@ -261,7 +261,7 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
                                 data, int(request.get("seed", 0)), early_stop, idle_seconds=idle_s),
         samples_ms=samples, samples_stride=stride, window=window, power=power, energy=energy,
         precision=precision, device=device, agent={"version": __version__},
-        **ctx.report((idle_window or (run.begin_s, run.end_s))[0], (run.begin_s, run.end_s),
+        **run_ctx.report((idle_window or (run.begin_s, run.end_s))[0], (run.begin_s, run.end_s),
                      sampler.trace() if sampler is not None and power.measured else None))
     return result.to_dict(samples=with_samples)
 
