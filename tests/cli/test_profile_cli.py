@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from clirun import run_cli
-from corpusfiles import corpus_file
+from tests.clirun import run_cli
+from tests.corpusfiles import corpus_file
 
 
 def test_profile_json_and_report(tmp_path, capsys):

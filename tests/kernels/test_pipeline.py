@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from clirun import run_cli
-from corpusfiles import corpus_file, photo_folder
+from tests.clirun import run_cli
+from tests.corpusfiles import corpus_file, photo_folder
 from sdk.errors import InputError
 from sdk.kernels.pipeline import STAGES, PipelineConfig, detect_pipeline
 
@@ -102,7 +102,7 @@ def test_cuda_stages_on_the_simulated_gpu(photos, tmp_path):
     path finds on real photos."""
     import shutil
 
-    from simgpu import SimBackend
+    from tests.kernels.simgpu import SimBackend
 
     two = tmp_path / "two"
     two.mkdir()

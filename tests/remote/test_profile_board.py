@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import needs_sshd, trust
-from corpusfiles import corpus_file
+from tests.remote.sshd import needs_sshd, trust
+from tests.corpusfiles import corpus_file
 from sdk.profiler import ProfileConfig, profile_model
 from sdk.remote import Board
 

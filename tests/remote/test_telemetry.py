@@ -125,7 +125,7 @@ def test_lock_clocks_off_a_jetson_is_a_clear_error(monkeypatch, tmp_path):
 
 def test_push_lock_clocks_and_report_on_a_simulated_board(sim_jetson, conv_model, tmp_path, monkeypatch, capsys):
     """`sdk push --lock-clocks --report` on a local board whose sysfs is the simulated tree."""
-    from clirun import run_cli
+    from tests.clirun import run_cli
 
     root, log = sim_jetson
     boards = tmp_path / "boards"

@@ -7,11 +7,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from corpusfiles import corpus_file
+from tests.corpusfiles import corpus_file
 from sdk.profiler import ProfileConfig, profile_model
 from sdk.reports import perfplots
 from sdk.reports.perf_html import pipeline_html, profile_html
-from test_reports import _chrome, needs_chromium
+from tests.sdk.test_reports import _chrome, needs_chromium
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -70,7 +70,7 @@ def test_roofline_report_renders_in_headless_chromium(which, measured, estimated
 
 @pytest.fixture(scope="module")
 def pipeline_doc(tmp_path_factory):
-    from corpusfiles import photo_folder
+    from tests.corpusfiles import photo_folder
     from sdk.kernels.pipeline import PipelineConfig, detect_pipeline
 
     photos = photo_folder(tmp_path_factory.mktemp("photos"))

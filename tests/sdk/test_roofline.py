@@ -11,7 +11,7 @@ from sdk.profiler import ProfileConfig, hardware_for, profile_model
 from sdk.remote.profiles import get_profile, list_profiles
 from sdk.roofline import Hardware, estimate_host_hardware, graph_costs, group_cost, precision_key, roofline_point
 
-from corpusfiles import corpus_file
+from tests.corpusfiles import corpus_file
 
 
 def test_graph_costs_of_a_known_conv_net(conv_model):

@@ -10,7 +10,7 @@ import pytest
 from sdk.errors import ProfilingUnavailableError
 from sdk.model import Model
 from sdk.targets import get_target, target_class
-from corpusfiles import corpus_file
+from tests.corpusfiles import corpus_file
 from sdk.targets.profiling import (FLAG_TOLERANCE, GraphNode, LayerProfile, LayerTime, graph_nodes_of, map_to_onnx,
                                    parse_ort_trace, trt_layer_onnx_nodes)
 
