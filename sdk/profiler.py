@@ -108,7 +108,7 @@ def _input_shapes_of(doc: Mapping[str, Any], cfg: ProfileConfig) -> Dict[str, Li
     return shapes
 
 
-def profile_model(model: Union[str, os.PathLike, Any], config: Optional[ProfileConfig] = None) -> Dict[str, Any]:
+def profile_model(model: Union[str, "os.PathLike[str]", Any], config: Optional[ProfileConfig] = None) -> Dict[str, Any]:
     """Profile ``model`` (see the module docstring); returns the ``sdk profile`` JSON document."""
     from .model import Model
     from .targets.profiling import graph_nodes_of

@@ -1,7 +1,7 @@
 """``sdk profile``: per-layer times mapped to ONNX nodes, and the roofline (over :mod:`sdk.profiler`)."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -61,7 +61,7 @@ def profile_cmd(
         console().print(f"wrote {report}")
 
 
-def _print(doc: dict, top: int) -> None:
+def _print(doc: Dict[str, Any], top: int) -> None:
     from rich.table import Table
 
     from ._common import console, fmt_ms

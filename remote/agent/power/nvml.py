@@ -56,7 +56,7 @@ class NvmlSource(PowerSource):
         super().__init__()
         self._nvml: Any = None
         self._handles: List[Any] = []
-        self.kind = "energy"  # type: ignore[misc]  # per instance: "power" when a GPU has no energy counter
+        self.kind = "energy"  # per instance: "power" when a GPU has no energy counter
         self.devices: List[Dict[str, Any]] = []
 
     def probe(self, root: str = "/") -> bool:
@@ -95,9 +95,9 @@ class NvmlSource(PowerSource):
             power_ok &= info["power_reading"]
             self.devices.append(info)
         if energy_ok:
-            self.kind = "energy"  # type: ignore[misc]
+            self.kind = "energy"
         elif power_ok:
-            self.kind = "power"  # type: ignore[misc]
+            self.kind = "power"
         else:
             self.why_not = "NVML on this GPU supports neither the energy counter nor power readings (Jetson: use " \
                            "ina3221 or tegrastats)"
