@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import _import_path  # noqa: E402  (the checkout's package layout)
+from gpu_check import import_path  # noqa: E402  (the checkout's package layout)
 
 
 def _window(samples, kind_energy, begin, end):
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--rate-hz", type=float, default=100.0)
     ap.add_argument("--rows", type=int, default=100000, help="rows of the synthetic YOLO output per launch")
     args = ap.parse_args()
-    _import_path()
+    import_path()
     from sdk.remote.agent.power import PowerSampler
     from sdk.remote.agent.power.nvml import NvmlSource
 
