@@ -1,0 +1,157 @@
+"""Calibration on Ray against threads at equal parallelism, and a model of time vs workers.
+
+A real corpus detector (nudenet 320n, YOLOv8n, dynamic input) calibrated at ``--size`` over N
+samples (the corpus photos, cycled to N files in a temp folder), with ``--executor threads`` and
+``ray`` at 1 and 2 workers. Equal parallelism: every configuration has the same cores in all
+(threads: ``cores // workers`` intra-op threads per session; Ray: ``cpus_per_worker`` the same).
+Ray is started once (its start-up is reported, not counted); a run's Ray time includes creating
+the actors and loading their sessions. Rounds interleave the configurations; medians are printed,
+with the ratio Ray / threads (goal: <= 1.3) and whether the statistics are identical.
+
+The model of time vs workers, from the per-shard times of the Ray runs::
+
+    T(W) = start + ceil(S / W) * t_shard + S * t_merge
+
+(``start``: actor start and session load; ``t_shard``: median shard time at 1 worker;
+``t_merge``: driver time per shard), checked against the 2-worker run and extrapolated.
+
+    python benchmarks/ray_calibration.py [--samples 256 1024] [--size 640] [--rounds 1]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+CORPUS = Path(os.path.expanduser("~/.cache/edgesdk/corpus"))
+
+
+def corpus_files() -> Tuple[Path, List[Path]]:
+    """nudenet 320n and the corpus photos (sdk.corpus when present, else its cache folder)."""
+    try:
+        from sdk import corpus  # type: ignore[attr-defined]
+
+        corpus.fetch()
+    except (ImportError, AttributeError):
+        pass
+    model = next(CORPUS.glob("models/nudenet-320n/*.onnx"), None) or Path("/tmp/cx/320n.onnx")
+    photos = sorted(p for p in (CORPUS / "photos").iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
+    if not model.is_file() or not photos:
+        raise SystemExit("the corpus is missing: run scripts/fetch_corpus.py")
+    return model, photos
+
+
+def data_folder(root: Path, photos: List[Path], n: int) -> Path:
+    d = root / f"n{n}"
+    d.mkdir()
+    for i in range(n):
+        os.symlink(photos[i % len(photos)], d / f"{i:05d}{photos[i % len(photos)].suffix}")
+    return d
+
+
+def run(model: Any, folder: Path, size: int, executor: str, workers: int, cores: int) -> Tuple[float, Any, Dict]:
+    from sdk.preprocess import PreprocessSpec
+    from sdk.quantize.calibrate import calibrate
+    from sdk.quantize.executors import get_executor
+    from sdk.sources import open_source
+
+    src = open_source(folder, model.inputs, PreprocessSpec(size=(size, size), layout="NCHW", dtype="float32"))
+    opts = {"cpus_per_worker": max(1, cores // workers)} if executor == "ray" else {}
+    ex = get_executor(executor, **opts)
+    t = time.perf_counter()
+    stats = calibrate(model, src, workers=workers, total=len(src), executor=ex)
+    return time.perf_counter() - t, stats, dict(getattr(ex, "last_run", {}))
+
+
+def same(a: Any, b: Any) -> bool:
+    import numpy as np
+
+    return a.samples == b.samples and all(
+        np.array_equal(x.hist, b.tensors[n].hist) and x.min == b.tensors[n].min and x.max == b.tensors[n].max
+        and (x.channel_sum is None or np.array_equal(x.channel_sum, b.tensors[n].channel_sum))
+        for n, x in a.tensors.items())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--size", type=int, default=640)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--extrapolate", type=int, default=50000, help="samples for the model's table")
+    args = ap.parse_args()
+    import ray
+
+    from sdk.model import Model
+
+    model_path, photos = corpus_files()
+    model = Model.load(model_path)
+    cores = max(args.workers)
+    t = time.perf_counter()
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
+             logging_level="ERROR")
+    startup = time.perf_counter() - t
+    print(f"model {model_path.name} at {args.size}x{args.size}, {len(photos)} corpus photos cycled; "
+          f"{os.cpu_count()} cores here; Ray start-up {startup:.1f} s (not counted below)")
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgesdk-raybench-") as tmp:
+            for n in args.samples:
+                bench(model, data_folder(Path(tmp), photos, n), n, args, cores)
+    finally:
+        ray.shutdown()
+
+
+def bench(model: Any, folder: Path, n: int, args: Any, cores: int) -> None:
+    times: Dict[Tuple[str, int], List[float]] = {}
+    notes: Dict[int, List[Dict]] = {}
+    ref = None
+    identical = True
+    for _ in range(args.rounds):
+        for w in args.workers:
+            for ex in ("threads", "ray"):
+                secs, stats, note = run(model, folder, args.size, ex, w, cores)
+                times.setdefault((ex, w), []).append(secs)
+                if ex == "ray":
+                    notes.setdefault(w, []).append(note)
+                ref = ref or stats
+                identical = identical and same(ref, stats)
+    print(f"\nN = {n} samples ({args.rounds} round(s), medians)")
+    print(f"{'workers':>7} {'threads s':>10} {'ray s':>8} {'ray/threads':>11} {'shards':>6} {'shard s':>8}")
+    for w in args.workers:
+        th, ry = statistics.median(times[("threads", w)]), statistics.median(times[("ray", w)])
+        shard_s = statistics.median(s for nt in notes[w] for s in nt["shard_seconds"])
+        print(f"{w:>7} {th:>10.1f} {ry:>8.1f} {ry / th:>11.2f} {notes[w][0]['shards']:>6} {shard_s:>8.2f}")
+    print(f"statistics identical across all runs: {'yes' if identical else 'NO'}")
+    model_of_time(notes, n, args)
+
+
+def model_of_time(notes: Dict[int, List[Dict]], n: int, args: Any) -> None:
+    """T(W) = ready + max(ceil(S/W) x t_shard, S x t_driver): the driver's get + merge of a shard
+    overlaps the workers' shards, and bounds the rate once the workers outrun it."""
+    one = notes[min(notes)][0]
+    shards, per = one["shards"], one["shard_samples"][0]
+    t_shard = statistics.median(one["shard_seconds"])
+    ready = statistics.median(nt["actors_ready_s"] for ns in notes.values() for nt in ns)
+    t_driver = statistics.median(nt["driver_s"] / nt["shards"] for ns in notes.values() for nt in ns)
+
+    def predict(s: int, w: int) -> float:
+        return ready + max(math.ceil(s / w) * t_shard, s * t_driver)
+
+    print(f"model: T(W) = {ready:.2f} s (actors up) + max(ceil(S/W) x {t_shard:.2f} s, S x {t_driver:.3f} s) "
+          f"(S = {shards} shards of {per} samples; the driver takes {t_driver * 1e3:.0f} ms per shard)")
+    for w, ns in sorted(notes.items()):
+        print(f"  W = {w}: predicted {predict(shards, w):.1f} s, measured {ns[0]['run_s']:.1f} s")
+    s_big = math.ceil(args.extrapolate / per)
+    row = ", ".join(f"W={w}: {predict(s_big, w):.0f} s" for w in (1, 4, 16, 64, 256))
+    ceiling = t_shard / max(t_driver, 1e-9)
+    print(f"  {args.extrapolate} samples, {s_big} shards: {row}; gains stop near W = {ceiling:.0f} "
+          f"(t_shard / t_driver) unless shards get bigger")
+
+
+if __name__ == "__main__":
+    main()
