@@ -6,6 +6,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from .remote_cmds import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate_cmd)
@@ -19,9 +21,9 @@ def _progress(msg: str) -> None:
 
 def validate_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx, or .tflite with --reference-model)."),
-    board: List[str] = typer.Option(..., "--board", "-b",
-                                    help="Board name (repeatable for a fleet); 'local' is this machine, "
-                                         "'host:<target>' a target on this machine."),
+    board: Optional[List[str]] = typer.Option(None, "--board", "-b",
+                                              help="Board name (repeatable for a fleet); 'local' is this machine, "
+                                                   "'host:<target>' a target on this machine."),
     data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
@@ -40,6 +42,9 @@ def validate_cmd(
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
                                  "beyond [budgets] max_regression_pct (default 5%) with intervals apart."),
+    inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help=LIMIT_HELP + " (--limit counts samples here)"),
+    forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
@@ -47,10 +52,16 @@ def validate_cmd(
     from ..validation import validate
     from ._common import console
 
-    result = validate(model, board, data, labels=labels, spec=spec, reference=reference,
+    boards: List[Any] = list(board or [])
+    if inventory or hosts:   # board profiles of an Ansible inventory
+        from ..remote.board import Board
+        from .remote_cmds import fleet_profiles
+
+        boards = [Board(p) for p in fleet_profiles(board, inventory, hosts)]
+    result = validate(model, boards, data, labels=labels, spec=spec, reference=reference,
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
-                      progress=None if quiet else _progress, baseline=baseline)
+                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks)
     if report:
         result.write_html(report)
     if junit:
