@@ -91,7 +91,7 @@ def main() -> None:
 
     model_path, photos = corpus_files()
     model = Model.load(model_path)
-    cores = max(args.workers)
+    cores = args.cores = max(args.workers)
     t = time.perf_counter()
     ray.init(address="local", num_cpus=cores, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
              logging_level="ERROR")
@@ -121,36 +121,43 @@ def bench(model: Any, folder: Path, n: int, args: Any, cores: int) -> None:
                 ref = ref or stats
                 identical = identical and same(ref, stats)
     print(f"\nN = {n} samples ({args.rounds} round(s), medians)")
-    print(f"{'workers':>7} {'threads s':>10} {'ray s':>8} {'ray/threads':>11} {'shards':>6} {'shard s':>8}")
+    print(f"{'workers':>7} {'threads s':>10} {'ray s':>8} {'ray/threads':>11} {'actors up s':>11} "
+          f"{'ray-up/threads':>14} {'shards':>6} {'shard s':>8}")
     for w in args.workers:
         th, ry = statistics.median(times[("threads", w)]), statistics.median(times[("ray", w)])
+        up = statistics.median(nt["actors_ready_s"] for nt in notes[w])
         shard_s = statistics.median(s for nt in notes[w] for s in nt["shard_seconds"])
-        print(f"{w:>7} {th:>10.1f} {ry:>8.1f} {ry / th:>11.2f} {notes[w][0]['shards']:>6} {shard_s:>8.2f}")
+        print(f"{w:>7} {th:>10.1f} {ry:>8.1f} {ry / th:>11.2f} {up:>11.1f} {(ry - up) / th:>14.2f} "
+              f"{notes[w][0]['shards']:>6} {shard_s:>8.2f}")
+    print("ray s: the whole calibrate() call with Ray already running; actors up: creating the actors "
+          "(worker processes, imports, session loads); ray-up/threads: the overhead start-up aside (goal <= 1.3)")
     print(f"statistics identical across all runs: {'yes' if identical else 'NO'}")
     model_of_time(notes, n, args)
 
 
 def model_of_time(notes: Dict[int, List[Dict]], n: int, args: Any) -> None:
-    """T(W) = ready + max(ceil(S/W) x t_shard, S x t_driver): the driver's get + merge of a shard
-    overlaps the workers' shards, and bounds the rate once the workers outrun it."""
-    one = notes[min(notes)][0]
-    shards, per = one["shards"], one["shard_samples"][0]
-    t_shard = statistics.median(one["shard_seconds"])
-    ready = statistics.median(nt["actors_ready_s"] for ns in notes.values() for nt in ns)
+    """T(W) = up + max(ceil(S/W) x t_shard, S x t_driver) for actors of one CPU each (the runs with
+    the most workers here): the driver's get + merge of a shard overlaps the workers' shards and
+    bounds the rate once the workers outrun it."""
+    w_fit = max(notes)
+    fit = notes[w_fit][0]
+    shards, per = fit["shards"], fit["shard_samples"][0]
+    t_shard = statistics.median(fit["shard_seconds"])
+    up = statistics.median(nt["actors_ready_s"] for nt in notes[w_fit])
     t_driver = statistics.median(nt["driver_s"] / nt["shards"] for ns in notes.values() for nt in ns)
 
     def predict(s: int, w: int) -> float:
-        return ready + max(math.ceil(s / w) * t_shard, s * t_driver)
+        return up + max(math.ceil(s / w) * t_shard, s * t_driver)
 
-    print(f"model: T(W) = {ready:.2f} s (actors up) + max(ceil(S/W) x {t_shard:.2f} s, S x {t_driver:.3f} s) "
-          f"(S = {shards} shards of {per} samples; the driver takes {t_driver * 1e3:.0f} ms per shard)")
-    for w, ns in sorted(notes.items()):
-        print(f"  W = {w}: predicted {predict(shards, w):.1f} s, measured {ns[0]['run_s']:.1f} s")
+    print(f"model (actors of {args.cores // w_fit} CPU): T(W) = {up:.2f} s (actors up) + max(ceil(S/W) x "
+          f"{t_shard:.2f} s, S x {t_driver:.3f} s), S = {shards} shards of {per} samples "
+          f"(fitted on the {w_fit}-worker run's shards)")
+    print(f"  W = {w_fit}: predicted {predict(shards, w_fit):.1f} s, measured {fit['run_s']:.1f} s")
     s_big = math.ceil(args.extrapolate / per)
     row = ", ".join(f"W={w}: {predict(s_big, w):.0f} s" for w in (1, 4, 16, 64, 256))
     ceiling = t_shard / max(t_driver, 1e-9)
-    print(f"  {args.extrapolate} samples, {s_big} shards: {row}; gains stop near W = {ceiling:.0f} "
-          f"(t_shard / t_driver) unless shards get bigger")
+    print(f"  {args.extrapolate} samples ({s_big} shards): {row}; the driver's merging caps the gain near "
+          f"W = {ceiling:.0f} (t_shard / t_driver) unless shards grow")
 
 
 if __name__ == "__main__":

@@ -212,33 +212,44 @@ def default_shard_samples(total: int, workers: int, batch_size: int) -> int:
 
 # -- the Ray actor (runs on the workers) -------------------------------------------------------------------
 class _ShardWorker:
-    """One ONNX Runtime session (opened once, from the model bytes) that calibrates shards."""
+    """One ONNX Runtime session (opened on the first call, from the model bytes in Ray's object
+    store) that calibrates shards. The model travels with each call, not with the constructor, so
+    an actor that Ray restarts needs nothing that may have gone out of scope."""
 
-    def __init__(self, model: List[Any], names: Sequence[str], channels: Sequence[str], sha: str, nbins: int,
-                 batch_size: int, threads: int):
+    def __init__(self, names: Sequence[str], channels: Sequence[str], sha: str, nbins: int, batch_size: int,
+                 threads: int):
+        self.job = (list(names), list(channels), sha, nbins, batch_size)
+        self.threads = threads
+        self.sess: Any = None
+        self.load_s = 0.0
+        self.host = f"{os.uname().nodename}:{os.getpid()}"
+
+    def _load(self, model: List[Any]) -> None:
+        if self.sess is not None:
+            return
         import ray
 
         from .calibrate import _session
 
         t0 = time.perf_counter()
-        model_bytes = ray.get(model[0])   # a nested reference: fetched here, kept alive by the driver
+        model_bytes = ray.get(model[0])   # a nested reference: fetched here (once per node's store)
         with tempfile.TemporaryDirectory(prefix="edgesdk-calib-worker-") as tmp:
             path = Path(tmp) / "augmented.onnx"
             path.write_bytes(model_bytes)
-            self.sess = _session(str(path), threads)
+            self.sess = _session(str(path), self.threads)
         self.load_s = time.perf_counter() - t0
-        self.job = (list(names), list(channels), sha, nbins, batch_size)
-        self.host = f"{os.uname().nodename}:{os.getpid()}"
 
-    def ready(self) -> float:
-        """Seconds the session took to load (the actor is up once this returns)."""
+    def ready(self, model: List[Any]) -> float:
+        """Load the session; returns the seconds it took."""
+        self._load(model)
         return self.load_s
 
-    def run(self, shard: Shard) -> Dict[str, Any]:
+    def run(self, shard: Shard, model: List[Any]) -> Dict[str, Any]:
         """Statistics of one shard, with its time (s) and the images it skipped."""
         from ..sources import batched
         from .calibrate import _run_batch
 
+        self._load(model)
         names, chans, sha, nbins, batch_size = self.job
         t0 = time.perf_counter()
         stats = CalibrationStats.empty(sha, names, nbins, chans)
@@ -345,10 +356,11 @@ class RayExecutor(Executor):
         actor_cls = ray.remote(_ShardWorker).options(num_cpus=self.cpus_per_worker, max_restarts=self.max_restarts,
                                                      max_task_retries=1)
         model_ref = ray.put(Path(job.model_path).read_bytes())
-        actors = [actor_cls.remote([model_ref], list(job.names), list(job.channels), job.model_sha256, job.nbins,
-                                   job.batch_size, self.cpus_per_worker) for _ in range(workers)]
+        model = [model_ref]   # nested: the actors fetch it themselves (the driver keeps it alive)
+        actors = [actor_cls.remote(list(job.names), list(job.channels), job.model_sha256, job.nbins, job.batch_size,
+                                   self.cpus_per_worker) for _ in range(workers)]
         t0 = time.perf_counter()
-        ray.get([a.ready.remote() for a in actors])   # start-up (processes, imports, sessions) apart
+        ray.get([a.ready.remote(model) for a in actors])   # start-up (processes, imports, sessions) apart
         self.last_run["actors_ready_s"] = time.perf_counter() - t0
         todo = list(reversed(shards))
         pending: Dict[Any, Tuple[Shard, Any]] = {}
@@ -356,7 +368,7 @@ class RayExecutor(Executor):
         def submit(actor: Any) -> None:
             if todo:
                 shard = todo.pop()
-                ref = actor.run.options(max_task_retries=1, retry_exceptions=True).remote(shard)
+                ref = actor.run.options(max_task_retries=1, retry_exceptions=True).remote(shard, model)
                 pending[ref] = (shard, actor)
 
         for actor in actors * 2:
@@ -388,7 +400,8 @@ class RayExecutor(Executor):
     @staticmethod
     def _result(ray: Any, ref: Any, shard: Shard) -> Dict[str, Any]:
         try:
-            return ray.get(ref)
+            result: Dict[str, Any] = ray.get(ref)
+            return result
         except ray.exceptions.RayError as exc:
             cause = getattr(exc, "cause", None)
             why = first_line(cause) if isinstance(cause, BaseException) else first_line(exc)

@@ -102,7 +102,7 @@ def _warnings_kept(display_cls: Any) -> Iterator[List[str]]:
             delattr(display, name)
 
 
-def read_inventory(sources: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+def read_inventory(sources: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
                    limit: Optional[str] = None) -> List[InventoryHost]:
     """The hosts of ``sources`` (inventory files, folders or plugin configs) that match ``limit``
     (an Ansible host pattern; None: all), in inventory order, with their variables templated."""
@@ -236,7 +236,7 @@ def board_profile(host: InventoryHost, source: str) -> BoardProfile:
                    source=f"{source} (host {host.name}, profile {base.name} from {base.source})")
 
 
-def inventory_boards(sources: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+def inventory_boards(sources: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
                      limit: Optional[str] = None) -> List[BoardProfile]:
     """The boards of an Ansible inventory (see the module docstring), one profile per host that
     matches ``limit``. Every host needs ``edgesdk_board``; hosts without it are listed in one error."""
