@@ -1,8 +1,8 @@
 """Calibration on Ray against threads at equal parallelism, and a model of time vs workers.
 
 A real corpus detector (nudenet 320n, YOLOv8n, dynamic input) calibrated at ``--size`` over N
-samples (the corpus photos, cycled to N files in a temp folder), with ``--executor threads`` and
-``ray`` at 1 and 2 workers. Equal parallelism: every configuration has the same cores in all
+samples (seeded augmentations of the corpus photos, ``corpus.write_image_folder``), with
+``--executor threads`` and ``ray`` at 1 and 2 workers. Equal parallelism: every configuration has the same cores in all
 (threads: ``cores // workers`` intra-op threads per session; Ray: ``cpus_per_worker`` the same).
 Ray is started once (its start-up is reported, not counted); a run's Ray time includes creating
 the actors and loading their sessions. Rounds interleave the configurations; medians are printed,
@@ -28,29 +28,22 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-CORPUS = Path(os.path.expanduser("~/.cache/edgesdk/corpus"))
 
 
-def corpus_files() -> Tuple[Path, List[Path]]:
-    """nudenet 320n and the corpus photos (sdk.corpus when present, else its cache folder)."""
-    try:
-        from sdk import corpus  # type: ignore[attr-defined]
+def corpus_files() -> Path:
+    """nudenet 320n from the corpus (fetched once from its pinned wheel, then cached)."""
+    from sdk import corpus
 
-        corpus.fetch()
-    except (ImportError, AttributeError):
-        pass
-    model = next(CORPUS.glob("models/nudenet-320n/*.onnx"), None) or Path("/tmp/cx/320n.onnx")
-    photos = sorted(p for p in (CORPUS / "photos").iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
-    if not model.is_file() or not photos:
-        raise SystemExit("the corpus is missing: run scripts/fetch_corpus.py")
-    return model, photos
+    return corpus.fetch(["nudenet-320n"])["nudenet-320n"]
 
 
-def data_folder(root: Path, photos: List[Path], n: int) -> Path:
+def data_folder(root: Path, n: int, size: int) -> Path:
+    """``n`` seeded augmentations (crop, flip, scale) of the corpus photos."""
+    from sdk import corpus
+
     d = root / f"n{n}"
     d.mkdir()
-    for i in range(n):
-        os.symlink(photos[i % len(photos)], d / f"{i:05d}{photos[i % len(photos)].suffix}")
+    corpus.write_image_folder(d, n, seed=0, size=size)
     return d
 
 
@@ -89,19 +82,19 @@ def main() -> None:
 
     from sdk.model import Model
 
-    model_path, photos = corpus_files()
+    model_path = corpus_files()
     model = Model.load(model_path)
     cores = args.cores = max(args.workers)
     t = time.perf_counter()
     ray.init(address="local", num_cpus=cores, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
              logging_level="ERROR")
     startup = time.perf_counter() - t
-    print(f"model {model_path.name} at {args.size}x{args.size}, {len(photos)} corpus photos cycled; "
+    print(f"model {model_path.name} (corpus nudenet-320n) at {args.size}x{args.size}, augmented corpus photos; "
           f"{os.cpu_count()} cores here; Ray start-up {startup:.1f} s (not counted below)")
     try:
         with tempfile.TemporaryDirectory(prefix="edgesdk-raybench-") as tmp:
             for n in args.samples:
-                bench(model, data_folder(Path(tmp), photos, n), n, args, cores)
+                bench(model, data_folder(Path(tmp), n, args.size), n, args, cores)
     finally:
         ray.shutdown()
 

@@ -26,7 +26,6 @@ import qmodels
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs Ray: pip install 'edgesdk[ray]'")
-CORPUS = Path(os.path.expanduser("~/.cache/edgesdk/corpus"))
 START_TIMEOUT_S = 120.0
 
 
@@ -161,26 +160,20 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 # -- data ------------------------------------------------------------------------------------------------
 def _nudenet() -> Path:
-    try:
-        from sdk import corpus  # type: ignore[attr-defined]
+    """The corpus detector (fetched once from its pinned wheel, then cached)."""
+    from sdk import corpus
 
-        corpus.fetch()
-    except (ImportError, AttributeError):
-        pass
-    model = next(CORPUS.glob("models/nudenet-320n/*.onnx"), None)
-    if model is None:
-        pytest.skip("needs the real-model corpus: python scripts/fetch_corpus.py")
-    return model
+    return corpus.fetch(["nudenet-320n"])["nudenet-320n"]
 
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory) -> Path:
-    """The corpus photos, cycled to 16 files."""
+    """16 seeded augmentations (crop, flip, scale) of the corpus photos."""
+    from sdk import corpus
+
     _nudenet()
-    src = sorted(p for p in (CORPUS / "photos").iterdir() if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
     d = tmp_path_factory.mktemp("photos")
-    for i in range(16):
-        shutil.copy(src[i % len(src)], d / f"{i:03d}{src[i % len(src)].suffix}")
+    corpus.write_image_folder(d, 16, seed=0, size=320)
     return d
 
 
