@@ -27,6 +27,7 @@ import copy
 import functools
 import math
 import os
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -332,6 +333,8 @@ class RayExecutor(Executor):
         kwargs: Dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": True}
         if self.runtime_env:
             kwargs["runtime_env"] = self.runtime_env
+        if self.address:
+            self._probe(self.address)
         try:
             if self.address:
                 ray.init(address=self.address, **kwargs)
@@ -344,6 +347,18 @@ class RayExecutor(Executor):
                                     "check --ray-address (HOST:PORT of the head's GCS) and that the cluster runs "
                                     "the same Ray and Python versions") from exc
         return True
+
+    @staticmethod
+    def _probe(address: str, timeout_s: float = 10.0) -> None:
+        """Fail fast on a ``HOST:PORT`` nobody listens on (``ray.init`` would retry for minutes)."""
+        host, sep, port = address.rpartition(":")
+        if "://" in address or not sep or not port.isdigit():
+            return   # ray://..., "auto": Ray's own resolution
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            raise QuantizationError(f"cannot reach the Ray cluster at {address}: {first_line(exc)}",
+                                    "check --ray-address (HOST:PORT of the head's GCS, 6379 by default)") from exc
 
     def _cluster_workers(self, ray: Any) -> int:
         cpus = int(ray.cluster_resources().get("CPU", 1))

@@ -86,6 +86,8 @@ def quantize_cmd(
     c = console()
     cal = rep["calibration"]
     how = f"reused {cal['reused_statistics']}" if cal["reused_statistics"] else f"{cal['time_s']:.1f} s"
+    if not cal["reused_statistics"] and cal.get("executor", "threads") != "threads":
+        how += f" on {cal['executor']}, {cal['workers']} workers"
     c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
     if cal.get("skipped"):
         c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")

@@ -302,6 +302,15 @@ def test_iterables_and_unknown_executors_are_refused_before_any_work(tmp_path):
     proc = sdk("quantize", tmp_path / "residual.onnx", "--calib", tmp_path, "--ray-address", "127.0.0.1:1", "-o",
                tmp_path / "q.onnx")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --ray-address needs --executor ray"
+    data = tmp_path / "calib"
+    data.mkdir()
+    np.save(data / "a.npy", qmodels.make_data(8, (3, 12, 12), seed=1))
+    dead = f"127.0.0.1:{_free_port()}"
+    proc = sdk("quantize", tmp_path / "residual.onnx", "--calib", data, "--executor", "ray", "--ray-address", dead,
+               "--no-cache", "-o", tmp_path / "q.onnx")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith(f"error: cannot reach the Ray cluster at {dead}: "), proc.stderr[-2000:]
+    assert not (tmp_path / "q.onnx").exists()
 
 
 @needs_ray
