@@ -306,14 +306,17 @@ class FleetStream:
         self.json_path, self.columns, self.row, self.doc = json_path, columns, row, doc
         self.out = err_console() if json_path == "-" else console()
         self.lines: Any = None
-        if json_path and json_path != "-":
-            from pathlib import Path
-
-            Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-            self.lines = open(json_path, "w", encoding="utf-8")
         self.lock = threading.Lock()
         self.done = 0
-        self._print(["#", *[c for c, _ in columns]], header=True)
+
+    def _start(self) -> None:
+        """The header and the JSON lines file, once the first board is done (nothing before)."""
+        self._print(["#", *[c for c, _ in self.columns]], header=True)
+        if self.json_path and self.json_path != "-":
+            from pathlib import Path
+
+            Path(self.json_path).parent.mkdir(parents=True, exist_ok=True)
+            self.lines = open(self.json_path, "w", encoding="utf-8")
 
     def _print(self, cells: List[str], header: bool = False) -> None:
         widths = [6] + [w for _, w in self.columns]
@@ -323,7 +326,9 @@ class FleetStream:
     def add(self, fr: Any) -> None:
         import json
 
-        with self.lock:
+        with self.lock:   # boards may finish in worker threads
+            if self.done == 0:
+                self._start()
             self.done += 1
             self._print([str(self.done)] + self.row(fr))
             if self.json_path:

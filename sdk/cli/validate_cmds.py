@@ -37,7 +37,9 @@ def validate_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
+                             "per line, as boards finish."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
@@ -53,20 +55,25 @@ def validate_cmd(
     from ._common import console
 
     boards: List[Any] = list(board or [])
-    if inventory or hosts:   # board profiles of an Ansible inventory
+    stream = None
+    if inventory or hosts:   # board profiles of an Ansible inventory: a row (and a JSON line) per board as it ends
         from ..remote.board import Board
-        from .remote_cmds import fleet_profiles
+        from .remote_cmds import FleetStream, fleet_profiles
 
         boards = [Board(p) for p in fleet_profiles(board, inventory, hosts)]
+        stream = FleetStream(json_path, VALIDATE_COLUMNS, _validate_row, lambda run: run.to_dict())
     result = validate(model, boards, data, labels=labels, spec=spec, reference=reference,
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
-                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks)
+                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks,
+                      on_board=stream.add if stream is not None else None)
     if report:
         result.write_html(report)
     if junit:
         result.write_junit(junit)
-    if json_path:
+    if stream is not None and stream.lines is not None:
+        stream.lines.close()
+    elif json_path and stream is None:
         result.write_json(json_path)
     if json_path != "-":
         _print_summary(result)
@@ -75,6 +82,20 @@ def validate_cmd(
             if path:
                 c.print(f"wrote {what}: {path}")
     raise typer.Exit(result.exit_code)
+
+
+VALIDATE_COLUMNS = [("board", 16), ("verdict", 7), ("p50 ms", 9), ("p99 ms", 9), ("pass/fail/skip", 14),
+                    ("s", 6), ("detail", 0)]
+
+
+def _validate_row(run: Any) -> List[str]:
+    from ._common import fmt_ms
+
+    lat = (run.bench or {}).get("latency_ms") or {}
+    counts = [sum(1 for c in run.checks if c.verdict == v) for v in ("pass", "fail", "skip")]
+    detail = f"failed during {run.failed_stage}: {run.error}" if run.error else ""
+    return [run.board, run.verdict.upper(), fmt_ms(lat.get("p50")), fmt_ms(lat.get("p99")),
+            "/".join(map(str, counts)), f"{run.seconds:.1f}", detail]
 
 
 def _num(v: Any, fmt: str = "{:.3g}") -> str:
@@ -140,7 +161,9 @@ def robustness_cmd(
     preprocess: Optional[List[str]] = typer.Option(
         None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
+                             "per line, as boards finish."),
 ) -> None:
     """Corrupt the inputs (seeded) at each severity and measure output drift and top-1 against
     the clean inputs; exit 1 when a spec limit is exceeded."""

@@ -422,6 +422,7 @@ def validate(
     parallel: bool = True,
     baseline: Optional[Union[str, os.PathLike, Sequence[BenchResult]]] = None,
     max_workers: int = 16,
+    on_board: Optional[Callable[[BoardRun], None]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -436,7 +437,8 @@ def validate(
     (``latency.regression``, limit ``[budgets] max_regression_pct``, default 5 %). With
     ``[budgets] min_speedup_vs_fp32`` the FP32 model (``reference_model``, else ``model``) is measured
     on each board beside ``model`` (``speedup.vs_fp32``). Remote boards run at most ``max_workers`` at
-    once (Ansible's forks)."""
+    once (Ansible's forks); ``on_board(run)`` is called as each board finishes (from its worker
+    thread), to stream results."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -483,8 +485,11 @@ def validate(
 
         def one(i: int) -> BoardRun:
             b = boards[i]
-            return _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
-                              label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
+            run = _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
+                             label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
+            if on_board is not None:
+                on_board(run)
+            return run
 
         runs = _run_fleet(runners, one, parallel, max_workers)
     model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,

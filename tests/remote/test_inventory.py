@@ -9,7 +9,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -196,5 +195,8 @@ def test_sdk_validate_takes_an_inventory(lab, static_conv_model, tmp_path):
     proc = sdk("validate", static_conv_model, "--inventory", lab["path"], "--hosts", "p01:p02", "--forks", "2",
                "--data", data, "--json", out, "--quiet")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert [b["board"] for b in result["boards"]] == ["p01", "p02"]
+    runs = {d["board"]: d for d in _json_lines(out.read_text())}   # one line per board, as they finish
+    assert set(runs) == {"p01", "p02"} and all(r["verdict"] == "pass" for r in runs.values())
+    assert all(r["benchmark"]["latency_ms"]["count"] > 0 for r in runs.values())
+    rows = [line for line in proc.stdout.splitlines() if re.match(r"\d+ +p0[12] +PASS ", line)]
+    assert len(rows) == 2 and "GO: every check passed" in proc.stdout, proc.stdout
