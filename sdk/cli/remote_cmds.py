@@ -368,23 +368,24 @@ PUSH_COLUMNS = [("board", 16), ("result", 6), ("p50 ms", 9), ("p99 ms", 9), ("in
 
 
 def _push_row(fr: Any) -> List[str]:
+    """A row of a board's :class:`sdk.result.BenchResult` (or of its error)."""
     from ._common import fmt_ms
 
     if not fr.ok:
         return [fr.board, "FAIL", "-", "-", "-", "-", f"{fr.seconds:.1f}", _error_text(fr)]
     r = fr.value
-    lat = r.get("latency_ms") or {}
-    w = (r.get("power") or {}).get("mean_w")
-    tr = r.get("transfer") or {}
+    w = r.power.mean_w
+    tr = r.transfer or {}
     n = tr.get("bytes_sent", 0)
     sent = "model already there" if tr.get("skipped") else (
         f"sent {n / 1e6:.1f} MB" if n >= 1e6 else f"sent {n / 1e3:.0f} kB")
-    return [fr.board, "ok", fmt_ms(lat.get("p50")), fmt_ms(lat.get("p99")), f"{r.get('throughput_ips') or 0:.1f}",
-            "-" if w is None else f"{w:.2f}", f"{fr.seconds:.1f}", f"{r.get('target') or ''}, {sent}"]
+    return [fr.board, "ok", fmt_ms(r.stats.p50_ms), fmt_ms(r.stats.p99_ms), f"{r.stats.throughput_ips:.1f}",
+            "-" if w is None else f"{w:.2f}", f"{fr.seconds:.1f}", f"{r.target or ''}, {sent}"]
 
 
 def _push_doc(fr: Any) -> Dict[str, Any]:
-    return dict(fr.value, seconds=round(fr.seconds, 3)) if fr.ok else _error_doc(fr)
+    """The board's result JSON (the schema of ``sdk push --json``), or its error."""
+    return fr.value.to_dict() if fr.ok else _error_doc(fr)
 
 
 CHECK_COLUMNS = [("board", 16), ("result", 6), ("python", 8), ("s", 6), ("runtimes / detail", 0)]

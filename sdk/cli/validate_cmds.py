@@ -91,10 +91,11 @@ VALIDATE_COLUMNS = [("board", 16), ("verdict", 7), ("p50 ms", 9), ("p99 ms", 9),
 def _validate_row(run: Any) -> List[str]:
     from ._common import fmt_ms
 
-    lat = (run.bench or {}).get("latency_ms") or {}
+    stats = run.bench.stats if run.bench is not None else None
     counts = [sum(1 for c in run.checks if c.verdict == v) for v in ("pass", "fail", "skip")]
     detail = f"failed during {run.failed_stage}: {run.error}" if run.error else ""
-    return [run.board, run.verdict.upper(), fmt_ms(lat.get("p50")), fmt_ms(lat.get("p99")),
+    return [run.board, run.verdict.upper(), fmt_ms(stats.p50_ms if stats else None),
+            fmt_ms(stats.p99_ms if stats else None),
             "/".join(map(str, counts)), f"{run.seconds:.1f}", detail]
 
 
