@@ -285,13 +285,14 @@ class RayExecutor(Executor):
     session's intra-op threads. ``shard_samples``: samples per shard (whole batches; default about
     four shards per worker). ``max_restarts``: how often Ray restarts a dead actor; every shard gets
     two attempts. ``runtime_env``: passed to ``ray.init`` (e.g. to install edgesdk on the workers).
+    ``log_to_driver``: show the workers' output here (off: errors come back as one line each).
     """
 
     progress_unit = "shards"
 
     def __init__(self, address: Optional[str] = None, cpus_per_worker: int = 1, shard_samples: Optional[int] = None,
                  max_restarts: int = 2, runtime_env: Optional[Mapping[str, Any]] = None,
-                 object_store_bytes: int = RAY_OBJECT_STORE_BYTES):
+                 object_store_bytes: int = RAY_OBJECT_STORE_BYTES, log_to_driver: bool = False):
         if cpus_per_worker < 1 or (shard_samples is not None and shard_samples < 1):
             raise InputError("cpus_per_worker and shard_samples must be at least 1")
         self.address = address
@@ -300,6 +301,7 @@ class RayExecutor(Executor):
         self.max_restarts = int(max_restarts)
         self.runtime_env = dict(runtime_env) if runtime_env else None
         self.object_store_bytes = int(object_store_bytes)
+        self.log_to_driver = bool(log_to_driver)
         self.last_run: Dict[str, Any] = {}
 
     # the job ------------------------------------------------------------------------------------------
@@ -330,7 +332,7 @@ class RayExecutor(Executor):
         """Initialise Ray unless it already is; True when this call did (and must shut it down)."""
         if ray.is_initialized():
             return False
-        kwargs: Dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": True}
+        kwargs: Dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": self.log_to_driver}
         if self.runtime_env:
             kwargs["runtime_env"] = self.runtime_env
         if self.address:
@@ -375,7 +377,14 @@ class RayExecutor(Executor):
         actors = [actor_cls.remote(list(job.names), list(job.channels), job.model_sha256, job.nbins, job.batch_size,
                                    self.cpus_per_worker) for _ in range(workers)]
         t0 = time.perf_counter()
-        ray.get([a.ready.remote(model) for a in actors])   # start-up (processes, imports, sessions) apart
+        try:   # start-up (processes, imports, sessions) apart
+            ray.get([a.ready.remote(model) for a in actors])
+        except ray.exceptions.RayError as exc:
+            for actor in actors:
+                ray.kill(actor)
+            cause = getattr(exc, "cause", None)
+            raise QuantizationError(f"the Ray workers could not start: {first_line(cause or exc)}",
+                                    "every node needs the same edgesdk, Ray and Python as this one") from exc
         self.last_run["actors_ready_s"] = time.perf_counter() - t0
         todo = list(reversed(shards))
         pending: Dict[Any, Tuple[Shard, Any]] = {}
