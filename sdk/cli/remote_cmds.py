@@ -298,7 +298,7 @@ class FleetStream:
     """One row per board as it finishes (stdout; stderr when JSON lines go to stdout), one JSON
     document per line to ``--json`` (a file, or '-'), then the count; exit 1 unless all succeeded."""
 
-    def __init__(self, json_path: Optional[str], columns: List[tuple], row: Any, doc: Any) -> None:
+    def __init__(self, json_path: Optional[str], columns: List[Tuple[str, int]], row: Any, doc: Any) -> None:
         import threading
 
         from ._common import console, err_console

@@ -22,7 +22,7 @@ from typing import Iterator, List, Optional
 import numpy as np
 import pytest
 
-import qmodels
+from tests.quantize import qmodels
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs Ray: pip install 'edgesdk[ray]'")

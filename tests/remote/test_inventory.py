@@ -13,7 +13,7 @@ from typing import Dict, List
 
 import pytest
 
-from conftest import free_port, needs_sshd, trust
+from tests.remote.sshd import free_port, needs_sshd, trust
 
 needs_ansible = pytest.mark.skipif(importlib.util.find_spec("ansible") is None,
                                    reason="needs ansible-core: pip install 'edgesdk[ansible]'")
