@@ -82,10 +82,12 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
 
 def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str, os.PathLike]] = None,
                       use_cache: bool = True, workers: Optional[int] = None, batch_size: Optional[int] = None,
-                      progress: Optional[ProgressFn] = None) -> Tuple[CalibrationStats, Dict[str, Any]]:
+                      progress: Optional[ProgressFn] = None, executor: Any = None
+                      ) -> Tuple[CalibrationStats, Dict[str, Any]]:
     """The calibration statistics of ``model`` (prepared) over ``source``: read from ``stats_path`` or
     the cache when they match the model's sha256 and tensor names, else one streamed FP32 pass
-    (saved to ``stats_path`` and the cache). Returns ``(stats, info)``."""
+    (saved to ``stats_path`` and the cache) on ``executor`` (:mod:`sdk.quantize.executors`).
+    Returns ``(stats, info)``."""
     from .calibrate import calibrate, calibration_tensors
 
     plan = calibration_tensors(model.proto)
@@ -110,9 +112,13 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
                 return st, {"reused": str(c), "time_s": 0.0}
     total = source.length() if hasattr(source, "length") else None
     t0 = time.perf_counter()
-    cb = (lambda done, tot: progress("calibrate", done, tot)) if progress else None
-    st = calibrate(model, source.samples(), batch_size=batch_size, workers=workers, total=total, progress=cb,
-                   plan=plan)
+    from .executors import get_executor
+
+    ex = get_executor(executor)
+    stage = "calibrate" if ex.progress_unit == "samples" else f"calibrate ({ex.progress_unit})"
+    cb = (lambda done, tot: progress(stage, done, tot)) if progress else None
+    st = calibrate(model, source, batch_size=batch_size, workers=workers, total=total, progress=cb,
+                   plan=plan, executor=ex)
     elapsed = time.perf_counter() - t0
     st.meta.update({"data_fingerprint": fp, "time_s": elapsed})
     for c in ([Path(stats_path)] if stats_path is not None else []) + ([cache_file] if cache_file else []):
@@ -182,6 +188,8 @@ def quantize(
     activation_dtype: Optional[str] = None,
     exclude: Sequence[str] = (),
     workers: Optional[int] = None,
+    executor: Any = None,
+    executor_options: Optional[Mapping[str, Any]] = None,
     batch_size: Optional[int] = None,
     calib_limit: Optional[int] = None,
     stats_path: Optional[Union[str, os.PathLike]] = None,
@@ -203,7 +211,10 @@ def quantize(
     float (at most ``max_fallback``). ``output``: the INT8 ``.onnx``; TensorRT also writes its
     calibration cache (``trt_cache``, default ``OUTPUT`` with ``.calib.cache``), TFLite the ranges
     JSON (``ranges_path``, default ``OUTPUT`` with ``.ranges.json``). Every file is written atomically,
-    and only once the model passed the checker and loads in ONNX Runtime.
+    and only once the model passed the checker and loads in ONNX Runtime. ``executor``: where the
+    calibration pass runs (``threads``, ``ray`` or an ``Executor``; :mod:`sdk.quantize.executors`),
+    with ``executor_options`` (e.g. ``{"address": "HOST:6379"}`` for ``ray``); ``workers``: its
+    threads or actors. The result does not depend on the executor.
     """
     from ..sources import batched, open_source
     from .accuracy import Budget, evaluate, layer_sensitivity, ort_session
@@ -212,13 +223,16 @@ def quantize(
     t_start = time.perf_counter()
     scheme = get_scheme(target, per_channel=per_channel, reduce_range=reduce_range, activation_dtype=activation_dtype)
     method = method or scheme.default_method
+    from .executors import get_executor
     from .methods import get_method
 
     get_method(method)  # unknown method: fail before any work
+    executor = get_executor(executor, **dict(executor_options or {}))
     prepared, notes = _prepare(model, input_shapes)
     source = open_source(calib, prepared.inputs, preprocess, limit=calib_limit)
     stats, calib_info = load_or_calibrate(prepared, source, stats_path=stats_path, use_cache=use_cache,
-                                          workers=workers, batch_size=batch_size, progress=progress)
+                                          workers=workers, batch_size=batch_size, progress=progress,
+                                          executor=executor)
     source_warnings = list(getattr(source, "warnings", []))
     for w in source_warnings[:5]:
         warnings.warn(w, stacklevel=2)
@@ -253,7 +267,8 @@ def quantize(
         "calibration": {"samples": stats.samples, "time_s": round(calib_info["time_s"], 3),
                         "reused_statistics": calib_info["reused"], "tensors": len(stats.tensors),
                         "skipped": getattr(source, "skipped", 0),
-                        "workers": stats.meta.get("workers"), "batch_size": stats.meta.get("batch_size")},
+                        "workers": stats.meta.get("workers"), "batch_size": stats.meta.get("batch_size"),
+                        "executor": stats.meta.get("executor", "threads")},
         "layers": {"quantized": len(plan.layers), "activations_with_qdq": len(plan.activations),
                    "weights": len(plan.weights), "int32_biases": len(plan.biases)},
         "bias_correction": {"enabled": bias_correction, "corrected_layers": builder.corrected},

@@ -105,7 +105,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
               workers: Optional[int] = None, total: Optional[int] = None,
               progress: Optional[ProgressFn] = None, nbins: int = NBINS,
               tensors: Optional[Sequence[str]] = None,
-              plan: Optional[Dict[str, List[str]]] = None) -> CalibrationStats:
+              plan: Optional[Dict[str, List[str]]] = None, executor: Any = None) -> CalibrationStats:
     """Collect :class:`CalibrationStats` of ``model`` (an :class:`sdk.Model`, ONNX) over ``samples``
     (``(feed, label)`` pairs from an :mod:`sdk.sources` source, batch dim 1 each).
 
@@ -113,10 +113,17 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
     threads (default :func:`default_workers`), each with its own ONNX Runtime session; 1 runs in the
     calling thread. ``progress(done, total)`` is called after each batch. Raises :class:`QuantizationError` on NaN/Inf
     activations or when no sample was seen. ``plan``: :func:`calibration_tensors` of the model when
-    the caller has it.
+    the caller has it. ``executor``: where the pass runs, a name of
+    :mod:`sdk.quantize.executors` (``threads``, the default, or ``ray``) or an ``Executor``; one that
+    ships work elsewhere reads the files of ``samples`` (then a :class:`~sdk.sources.Source`), and its
+    ``progress`` counts in its ``progress_unit`` (shards for ``ray``).
     """
-    from ..sources import batched
+    from ..sources import Source
+    from .executors import CalibrationJob, get_executor
 
+    ex = get_executor(executor)
+    source = samples if isinstance(samples, Source) else None
+    samples = source.samples() if source is not None else samples
     proto = model.proto
     idx = GraphIndex(proto)
     plan = plan if plan is not None else calibration_tensors(proto, idx=idx)
@@ -129,6 +136,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
         batch_size = 8 if dynamic_batch else 1
     if not dynamic_batch:
         batch_size = 1
+    workers_given = workers is not None
     if workers is None:
         workers = default_workers(total)
     workers = max(1, int(workers))
@@ -143,14 +151,11 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
         import onnx
 
         onnx.save(augment(proto, names, idx), path)
-        batches = batched(samples, batch_size)
-        if workers == 1:
-            stats = _calibrate_here(path, names, chans, model.sha256, nbins, threads, batches, total, progress)
-        else:
-            stats = _calibrate_threads(path, names, chans, model.sha256, nbins, threads, workers, batches, total,
-                                       progress)
+        job = CalibrationJob(path, tuple(names), tuple(chans), model.sha256, nbins, batch_size, workers, threads,
+                             workers_given)
+        stats = ex.collect(job, samples, source, total, progress)
     _check(stats, model.name)
-    stats.meta.update({"batch_size": batch_size, "workers": workers, "nbins": nbins})
+    stats.meta.update({"batch_size": batch_size, "workers": stats.meta.get("workers", workers), "nbins": nbins})
     return stats
 
 

@@ -23,7 +23,7 @@ import shlex
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -335,10 +335,12 @@ class FleetResult:
 
 
 def run_fleet(boards: Sequence[Union[str, BoardProfile, Board]], fn: Callable[[Board], Any], *,
-              max_workers: int = 8, **board_kwargs: Any) -> List[FleetResult]:
-    """Run ``fn(board)`` on every board concurrently (at most ``max_workers`` at once). A board
-    that fails does not stop the others: its :class:`FleetResult` carries the error. Results come
-    back in the order of ``boards``."""
+              max_workers: int = 8, on_result: Optional[Callable[[FleetResult], None]] = None,
+              **board_kwargs: Any) -> List[FleetResult]:
+    """Run ``fn(board)`` on every board concurrently (at most ``max_workers`` at once: Ansible's
+    forks). A board that fails does not stop the others: its :class:`FleetResult` carries the error.
+    ``on_result(result)`` is called in the calling thread as each board finishes (to stream them).
+    Results come back in the order of ``boards``."""
 
     def one(spec: Union[str, BoardProfile, Board]) -> FleetResult:
         start = time.monotonic()
@@ -355,4 +357,8 @@ def run_fleet(boards: Sequence[Union[str, BoardProfile, Board]], fn: Callable[[B
     if not boards:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(boards))), thread_name_prefix="edgesdk-board") as pool:
-        return list(pool.map(one, boards))
+        futures = [pool.submit(one, b) for b in boards]
+        if on_result is not None:
+            for f in as_completed(futures):
+                on_result(f.result())
+        return [f.result() for f in futures]

@@ -35,7 +35,11 @@ def quantize_cmd(
     reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights (x86 without VNNI, onnxruntime)."),
     activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Calibration threads (default: all cores)."),
+    workers: Optional[int] = typer.Option(
+        None, "--workers", min=1, help="Calibration threads, or Ray actors (default: all cores / the cluster's CPUs)."),
+    executor: str = typer.Option("threads", "--executor", help="Where calibration runs: threads (this process) or ray."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="Ray cluster HOST:PORT for --executor ray (default: start a local Ray)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Samples per calibration run."),
     stats: Optional[str] = typer.Option(
         None, "--stats", help="Calibration statistics file (.npz): reused when it matches the model, else written."),
@@ -49,8 +53,11 @@ def quantize_cmd(
     from ..quantize.api import quantize
     from ..sources import parse_preprocess
     from ..tensors import parse_input_shapes
+    from ..errors import InputError
     from ._common import console, err_console, write_json
 
+    if ray_address is not None and executor != "ray":
+        raise InputError("--ray-address needs --executor ray")
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}
@@ -65,7 +72,9 @@ def quantize_cmd(
                 input_shapes=shapes or None, eval_data=eval_data, labels=labels, max_drop=max_drop,
                 min_cosine=min_cosine, sensitivity=sensitivity or None, exclude=exclude or (),
                 bias_correction=not no_bias_correction, per_channel=not per_tensor, reduce_range=reduce_range,
-                activation_dtype=activation_dtype, workers=workers, batch_size=batch_size, calib_limit=limit,
+                activation_dtype=activation_dtype, workers=workers, executor=executor,
+                executor_options={"address": ray_address} if ray_address else None, batch_size=batch_size,
+                calib_limit=limit,
                 stats_path=stats, use_cache=not no_cache, report_path=report if report not in (None, "-") else None,
                 trt_cache=trt_cache, trt_version=trt_version, ranges_path=ranges, progress=progress_cb)
     finally:
@@ -77,6 +86,8 @@ def quantize_cmd(
     c = console()
     cal = rep["calibration"]
     how = f"reused {cal['reused_statistics']}" if cal["reused_statistics"] else f"{cal['time_s']:.1f} s"
+    if not cal["reused_statistics"] and cal.get("executor", "threads") != "threads":
+        how += f" on {cal['executor']}, {cal['workers']} workers"
     c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
     if cal.get("skipped"):
         c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")

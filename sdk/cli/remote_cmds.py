@@ -7,6 +7,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import typer
 
 LARGE_UPLOAD_BYTES = 8 * 1024 * 1024   # show a progress bar for uploads at least this big
+INVENTORY_HELP = ("Ansible inventory (file, folder or plugin config; repeatable): its hosts are the boards, "
+                  "the profile from the host/group variable edgesdk_board. Needs ansible-core (the ansible extra).")
+LIMIT_HELP = "Ansible host pattern of --inventory hosts to use (e.g. jetsons, 'lab1:&jetsons:!broken', 'jetsons[0:3]')."
+FORKS_HELP = "Boards handled at once (Ansible's forks)."
 
 
 def register(app: typer.Typer) -> None:
@@ -93,15 +97,23 @@ def _flatten(prefix: str, value: Any, rows: List[Tuple[str, Any]]) -> None:
 
 
 def boards_check_cmd(
-    name: str = typer.Argument(..., help="Board name or alias."),
+    name: Optional[str] = typer.Argument(None, help="Board name or alias (or --inventory)."),
     trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record an unknown host key."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the facts as JSON here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the facts as JSON here ('-' for stdout); with --inventory one document per line."),
+    inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+    limit: Optional[str] = typer.Option(None, "--limit", "-l", "--hosts", help=LIMIT_HELP),
+    forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
 ) -> None:
     """Connect to a board and report what it has: OS, Python, numpy, runtimes, JetPack, CUDA,
-    TensorRT, power mode, clocks, temperatures, power sensors."""
+    TensorRT, power mode, clocks, temperatures, power sensors. With --inventory: every board of an
+    Ansible inventory, a row each as they finish; exit 1 unless all succeeded."""
     from ..remote.board import Board
     from ._common import console, write_json
 
+    if inventory or name is None:
+        _check_fleet(name, inventory, limit, forks, trust_new_host, json_path)
+        return
     with Board(name, trust_new_host=trust_new_host) as board:
         facts = board.check()
     if json_path == "-":
@@ -169,7 +181,8 @@ def _power_line(r: Any) -> str:
 
 def push_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx, .tflite, ...)."),
-    board: List[str] = typer.Option(..., "--board", "-b", help="Board name or alias (repeatable: boards run concurrently)."),
+    board: Optional[List[str]] = typer.Option(
+        None, "--board", "-b", help="Board name or alias (repeatable: boards run concurrently)."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Target on the board (default: the profile's first)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32, fp16 or int8 (default: the profile's)."),
     runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
@@ -178,21 +191,26 @@ def push_cmd(
     idle_seconds: float = typer.Option(1.0, "--idle-seconds", min=0.0, help="Idle power window before the run (s)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x224x224 for dynamic inputs (repeatable)."),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the results (a list, one per board) here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the results here ('-' for stdout): a list, one per board; with --inventory "
+                             "one document per line as boards finish."),
     trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record unknown host keys."),
-    jobs: int = typer.Option(8, "--jobs", min=1, help="Boards handled at once."),
+    jobs: int = typer.Option(8, "--forks", "-f", "--jobs", min=1, help=FORKS_HELP),
+    inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+    limit: Optional[str] = typer.Option(None, "--limit", "-l", "--hosts", help=LIMIT_HELP),
     lock_clocks: bool = typer.Option(False, "--lock-clocks", help="Jetson: pin clocks (nvpmodel + jetson_clocks) for "
                                                                   "the run, restore them after; needs root or sudo."),
     power_mode: Optional[int] = typer.Option(None, "--power-mode", help="With --lock-clocks: nvpmodel mode id to run in."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (latency, power, telemetry)."),
 ) -> None:
-    """Push a model to boards over SSH, benchmark it there with power, print one table per board.
-    Exit code 0 only if every board succeeded, 1 otherwise."""
+    """Push a model to boards over SSH, benchmark it there with power, print one table per board
+    (with --inventory: one row per board as they finish). Exit code 0 only if every board
+    succeeded, 1 otherwise."""
     from pathlib import Path
 
     from ..errors import InputError, ModelNotFoundError
     from ..remote.board import run_fleet
-    from ..remote.profiles import PRECISIONS, get_profile
+    from ..remote.profiles import PRECISIONS
     from ..tensors import parse_input_shapes
     from . import EXIT_FAILED
     from ._common import console, error_line, latency_table, noise_lines, parse_options, write_json
@@ -203,7 +221,7 @@ def push_cmd(
         raise ModelNotFoundError(f"model file '{model}' does not exist")
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
-    profiles = [get_profile(b) for b in dict.fromkeys(board)]   # unknown names fail before any connection
+    profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
     uploads = _Uploads()
 
     def job(b: Any) -> Any:
@@ -213,6 +231,14 @@ def push_cmd(
                            warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts,
                            lock_clocks=lock, samples=bool(report))
 
+    if inventory:
+        stream = FleetStream(json_path, PUSH_COLUMNS, _push_row, _push_doc)
+        try:
+            results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host, on_result=stream.add)
+        finally:
+            uploads.stop()
+        stream.finish(results)
+        return
     try:
         results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host)
     finally:
@@ -251,3 +277,152 @@ def push_cmd(
         if json_path != "-":
             c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
         sys.exit(EXIT_FAILED)
+
+
+# -- fleets (boards from an Ansible inventory): rows and JSON lines as boards finish -----------------------
+def fleet_profiles(boards: Optional[List[str]], inventory: Optional[List[str]], limit: Optional[str]) -> List[Any]:
+    """Board profiles from ``--board`` names or from ``--inventory`` (with ``--limit``): one or the other."""
+    from ..errors import InputError
+
+    if boards and inventory:
+        raise InputError("give --board or --inventory, not both")
+    if limit and not inventory:
+        raise InputError("--limit (--hosts) needs --inventory")
+    if inventory:
+        from ..remote.inventory import inventory_boards
+
+        return inventory_boards(inventory, limit)
+    if not boards:
+        raise InputError("no board given", "pass --board NAME (repeatable) or --inventory FILE")
+    from ..remote.profiles import get_profile
+
+    return [get_profile(b) for b in dict.fromkeys(boards)]
+
+
+def _host(fr: Any, profiles: Dict[str, Any]) -> str:
+    p = profiles.get(fr.board)
+    if p is None:
+        return "-"
+    c = p.connection
+    return c.host if c.is_local else f"{c.host}:{c.port or 22}"
+
+
+class FleetStream:
+    """One row per board as it finishes (stdout; stderr when JSON lines go to stdout), one JSON
+    document per line to ``--json`` (a file, or '-'), then the count; exit 1 unless all succeeded."""
+
+    def __init__(self, json_path: Optional[str], columns: List[Tuple[str, int]], row: Any, doc: Any) -> None:
+        import threading
+
+        from ._common import console, err_console
+
+        self.json_path, self.columns, self.row, self.doc = json_path, columns, row, doc
+        self.out = err_console() if json_path == "-" else console()
+        self.lines: Any = None
+        self.lock = threading.Lock()
+        self.done = 0
+
+    def _start(self) -> None:
+        """The header and the JSON lines file, once the first board is done (nothing before)."""
+        self._print(["#", *[c for c, _ in self.columns]], header=True)
+        if self.json_path and self.json_path != "-":
+            from pathlib import Path
+
+            Path(self.json_path).parent.mkdir(parents=True, exist_ok=True)
+            self.lines = open(self.json_path, "w", encoding="utf-8")
+
+    def _print(self, cells: List[str], header: bool = False) -> None:
+        widths = [6] + [w for _, w in self.columns]
+        text = " ".join(str(c).ljust(w) if i < len(widths) - 1 else str(c) for i, (c, w) in enumerate(zip(cells, widths)))
+        self.out.print(text.rstrip(), style="bold" if header else None, markup=False, highlight=False, soft_wrap=True)
+
+    def add(self, fr: Any) -> None:
+        import json
+
+        with self.lock:   # boards may finish in worker threads
+            if self.done == 0:
+                self._start()
+            self.done += 1
+            self._print([str(self.done)] + self.row(fr))
+            if self.json_path:
+                line = json.dumps(self.doc(fr), default=str)
+                if self.lines is not None:
+                    self.lines.write(line + "\n")
+                    self.lines.flush()
+                else:
+                    sys.stdout.write(line + "\n")
+                    sys.stdout.flush()
+
+    def finish(self, results: List[Any]) -> None:
+        from . import EXIT_FAILED
+
+        if self.lines is not None:
+            self.lines.close()
+        failed = [fr.board for fr in results if not fr.ok]
+        self.out.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded"
+                       + (f"; failed: {', '.join(failed)}" if failed else ""), markup=False, highlight=False,
+                       soft_wrap=True)
+        if failed:
+            sys.exit(EXIT_FAILED)
+
+
+def _error_doc(fr: Any) -> Dict[str, Any]:
+    return {"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)},
+            "seconds": round(fr.seconds, 3)}
+
+
+def _error_text(fr: Any) -> str:
+    text = str(fr.error).replace("\n", " ")
+    return text[len(fr.board) + 2:] if text.startswith(f"{fr.board}: ") else text
+
+
+PUSH_COLUMNS = [("board", 16), ("result", 6), ("p50 ms", 9), ("p99 ms", 9), ("inf/s", 9), ("W", 7),
+                ("s", 6), ("detail", 0)]
+
+
+def _push_row(fr: Any) -> List[str]:
+    """A row of a board's :class:`sdk.result.BenchResult` (or of its error)."""
+    from ._common import fmt_ms
+
+    if not fr.ok:
+        return [fr.board, "FAIL", "-", "-", "-", "-", f"{fr.seconds:.1f}", _error_text(fr)]
+    r = fr.value
+    w = r.power.mean_w
+    tr = r.transfer or {}
+    n = tr.get("bytes_sent", 0)
+    sent = "model already there" if tr.get("skipped") else (
+        f"sent {n / 1e6:.1f} MB" if n >= 1e6 else f"sent {n / 1e3:.0f} kB")
+    return [fr.board, "ok", fmt_ms(r.stats.p50_ms), fmt_ms(r.stats.p99_ms), f"{r.stats.throughput_ips:.1f}",
+            "-" if w is None else f"{w:.2f}", f"{fr.seconds:.1f}", f"{r.target or ''}, {sent}"]
+
+
+def _push_doc(fr: Any) -> Dict[str, Any]:
+    """The board's result JSON (the schema of ``sdk push --json``), or its error."""
+    return fr.value.to_dict() if fr.ok else _error_doc(fr)
+
+
+CHECK_COLUMNS = [("board", 16), ("result", 6), ("python", 8), ("s", 6), ("runtimes / detail", 0)]
+
+
+def _check_row(fr: Any) -> List[str]:
+    if not fr.ok:
+        return [fr.board, "FAIL", "-", f"{fr.seconds:.1f}", _error_text(fr)]
+    f = fr.value
+    runtimes = f.get("runtimes") or {}
+    shown = ", ".join(f"{k} {v}" for k, v in runtimes.items() if v) if isinstance(runtimes, dict) else str(runtimes)
+    return [fr.board, "ok", str(f.get("python") or "-").split()[0], f"{fr.seconds:.1f}", shown or "-"]
+
+
+def _check_doc(fr: Any) -> Dict[str, Any]:
+    return dict(fr.value, seconds=round(fr.seconds, 3)) if fr.ok else _error_doc(fr)
+
+
+def _check_fleet(name: Optional[str], inventory: Optional[List[str]], limit: Optional[str], forks: int,
+                 trust_new_host: bool, json_path: Optional[str]) -> None:
+    from ..remote.board import run_fleet
+
+    profiles = fleet_profiles([name] if name else None, inventory, limit)
+    stream = FleetStream(json_path, CHECK_COLUMNS, _check_row, _check_doc)
+    results = run_fleet(profiles, lambda b: b.check(), max_workers=forks, trust_new_host=trust_new_host,
+                        on_result=stream.add)
+    stream.finish(results)

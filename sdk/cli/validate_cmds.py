@@ -6,6 +6,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from .remote_cmds import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP
+
 
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate_cmd)
@@ -19,9 +21,9 @@ def _progress(msg: str) -> None:
 
 def validate_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx, or .tflite with --reference-model)."),
-    board: List[str] = typer.Option(..., "--board", "-b",
-                                    help="Board name (repeatable for a fleet); 'local' is this machine, "
-                                         "'host:<target>' a target on this machine."),
+    board: Optional[List[str]] = typer.Option(None, "--board", "-b",
+                                              help="Board name (repeatable for a fleet); 'local' is this machine, "
+                                                   "'host:<target>' a target on this machine."),
     data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
@@ -35,11 +37,16 @@ def validate_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
     junit: Optional[str] = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per check)."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
+                             "per line, as boards finish."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
                                  "beyond [budgets] max_regression_pct (default 5%) with intervals apart."),
+    inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
+    hosts: Optional[str] = typer.Option(None, "--hosts", help=LIMIT_HELP + " (--limit counts samples here)"),
+    forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
@@ -47,15 +54,26 @@ def validate_cmd(
     from ..validation import validate
     from ._common import console
 
-    result = validate(model, board, data, labels=labels, spec=spec, reference=reference,
+    boards: List[Any] = list(board or [])
+    stream = None
+    if inventory or hosts:   # board profiles of an Ansible inventory: a row (and a JSON line) per board as it ends
+        from ..remote.board import Board
+        from .remote_cmds import FleetStream, fleet_profiles
+
+        boards = [Board(p) for p in fleet_profiles(board, inventory, hosts)]
+        stream = FleetStream(json_path, VALIDATE_COLUMNS, _validate_row, lambda run: run.to_dict())
+    result = validate(model, boards, data, labels=labels, spec=spec, reference=reference,
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
-                      progress=None if quiet else _progress, baseline=baseline)
+                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks,
+                      on_board=stream.add if stream is not None else None)
     if report:
         result.write_html(report)
     if junit:
         result.write_junit(junit)
-    if json_path:
+    if stream is not None and stream.lines is not None:
+        stream.lines.close()
+    elif json_path and stream is None:
         result.write_json(json_path)
     if json_path != "-":
         _print_summary(result)
@@ -64,6 +82,21 @@ def validate_cmd(
             if path:
                 c.print(f"wrote {what}: {path}")
     raise typer.Exit(result.exit_code)
+
+
+VALIDATE_COLUMNS = [("board", 16), ("verdict", 7), ("p50 ms", 9), ("p99 ms", 9), ("pass/fail/skip", 14),
+                    ("s", 6), ("detail", 0)]
+
+
+def _validate_row(run: Any) -> List[str]:
+    from ._common import fmt_ms
+
+    stats = run.bench.stats if run.bench is not None else None
+    counts = [sum(1 for c in run.checks if c.verdict == v) for v in ("pass", "fail", "skip")]
+    detail = f"failed during {run.failed_stage}: {run.error}" if run.error else ""
+    return [run.board, run.verdict.upper(), fmt_ms(stats.p50_ms if stats else None),
+            fmt_ms(stats.p99_ms if stats else None),
+            "/".join(map(str, counts)), f"{run.seconds:.1f}", detail]
 
 
 def _num(v: Any, fmt: str = "{:.3g}") -> str:
@@ -129,7 +162,9 @@ def robustness_cmd(
     preprocess: Optional[List[str]] = typer.Option(
         None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
-    json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
+                             "per line, as boards finish."),
 ) -> None:
     """Corrupt the inputs (seeded) at each severity and measure output drift and top-1 against
     the clean inputs; exit 1 when a spec limit is exceeded."""

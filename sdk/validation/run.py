@@ -370,9 +370,10 @@ def _on_this_machine(runner: Any) -> bool:
     return bool(getattr(conn, "is_local", True))  # unknown runner objects: assume local, be safe
 
 
-def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel: bool) -> List[BoardRun]:
+def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel: bool,
+               max_workers: int = 16) -> List[BoardRun]:
     """``one(i)`` for every runner, in order. With ``parallel``, each remote board gets its own
-    thread and the boards on this machine share one (serial) thread."""
+    thread (at most ``max_workers`` at once) and the boards on this machine share one (serial) thread."""
     local = [i for i, r in enumerate(runners) if _on_this_machine(r)]
     remote = [i for i in range(len(runners)) if i not in local]
     if not parallel or not remote or len(runners) == 1:
@@ -386,7 +387,7 @@ def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel:
             results[i] = one(i)
 
     groups = ([local] if local else []) + [[i] for i in remote]
-    with ThreadPoolExecutor(max_workers=min(16, len(groups)), thread_name_prefix="edgesdk-validate") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(groups))), thread_name_prefix="edgesdk-validate") as pool:
         for f in [pool.submit(serial, g) for g in groups]:
             f.result()
     return [results[i] for i in range(len(runners))]
@@ -420,6 +421,8 @@ def validate(
     progress: Progress = None,
     parallel: bool = True,
     baseline: Optional[Union[str, os.PathLike, Sequence[BenchResult]]] = None,
+    max_workers: int = 16,
+    on_board: Optional[Callable[[BoardRun], None]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -433,7 +436,9 @@ def validate(
     p50 is compared with the one of the same model x board x target x runtime version
     (``latency.regression``, limit ``[budgets] max_regression_pct``, default 5 %). With
     ``[budgets] min_speedup_vs_fp32`` the FP32 model (``reference_model``, else ``model``) is measured
-    on each board beside ``model`` (``speedup.vs_fp32``)."""
+    on each board beside ``model`` (``speedup.vs_fp32``). Remote boards run at most ``max_workers`` at
+    once (Ansible's forks); ``on_board(run)`` is called as each board finishes (from its worker
+    thread), to stream results."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -480,10 +485,13 @@ def validate(
 
         def one(i: int) -> BoardRun:
             b = boards[i]
-            return _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
-                              label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
+            run = _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
+                             label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
+            if on_board is not None:
+                on_board(run)
+            return run
 
-        runs = _run_fleet(runners, one, parallel)
+        runs = _run_fleet(runners, one, parallel, max_workers)
     model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
                    "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
                    "outputs": [s.to_dict() for s in m.outputs]}
