@@ -51,7 +51,7 @@ def shaped_link(rate: str = "1gbit"):
 
 
 def run(args, host: str, netns=None) -> None:
-    from sdk.remote.ssh import SSHConnection, resolve_target
+    from sdk.remote.ssh import SSHConnection, resolve_host
     from sdk.remote.transport import SSHTransport
 
     with Loopback() as lb:
@@ -65,7 +65,7 @@ def run(args, host: str, netns=None) -> None:
         for _ in range(args.rounds):
             # every side pays its connection set-up (key exchange, auth) inside the timed part, as scp does
             t = time.perf_counter()
-            with SSHTransport(SSHConnection(resolve_target(host, port=port), board="bench")) as tr:
+            with SSHTransport(SSHConnection(resolve_host(host, port=port), board="bench")) as tr:
                 tr.put(src, str(dest / "ours.bin"))
             rates["sdk.remote put"].append(mb / (time.perf_counter() - t))
             t = time.perf_counter()

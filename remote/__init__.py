@@ -28,8 +28,8 @@ _LAZY = {
     "SSHTransport": "sdk.remote.transport",
     "CommandResult": "sdk.remote.ssh",
     "SSHConnection": "sdk.remote.ssh",
-    "SSHTarget": "sdk.remote.ssh",
-    "resolve_target": "sdk.remote.ssh",
+    "SSHHost": "sdk.remote.ssh",
+    "resolve_host": "sdk.remote.ssh",
 }
 
 __all__ = list(_LAZY)

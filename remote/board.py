@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -33,7 +33,8 @@ from ..errors import (BoardConnectionError, EdgeSDKError, MissingDependencyError
                       RemoteError)
 from .profiles import BoardProfile, get_profile
 from .push import Pushed, push_file
-from .ssh import is_transient
+from .cancel import cancel_all, check_cancelled
+from .ssh import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, RetryPolicy
 from .transport import LocalTransport, SSHTransport, Transport
 
 if TYPE_CHECKING:
@@ -87,19 +88,20 @@ class Board:
 
     Connects lazily; use as a context manager to close the connection. ``trust_new_host``:
     accept and record an unknown host key (trust on first use). ``progress``: a callback
-    ``(bytes_done, bytes_total)`` for uploads. ``retries``: extra attempts for transient failures.
+    ``(bytes_done, bytes_total)`` for uploads. ``retries``: extra attempts for transient failures,
+    one budget for the board's whole life (connects and operations draw on the same
+    :class:`~sdk.remote.ssh.RetryPolicy`), ``backoff_s`` doubling between them.
     """
 
     def __init__(self, board: Union[str, BoardProfile], *, trust_new_host: bool = False,
                  progress: Optional[Callable[[int, int], None]] = None, connect_timeout_s: float = 10.0,
-                 retries: int = 2, backoff_s: float = 0.5):
+                 retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S):
         self.profile = board if isinstance(board, BoardProfile) else get_profile(str(board))
         self.name = self.profile.name
         self.trust_new_host = trust_new_host
         self.progress = progress
         self.connect_timeout_s = connect_timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.policy = RetryPolicy(retries, backoff_s)
         self._transport: Optional[Transport] = None
         self._home: Optional[str] = None
         self._agent: Optional[Pushed] = None
@@ -128,13 +130,13 @@ class Board:
                 self._transport = LocalTransport(self.name)
                 self._home = self._transport.home
             else:
-                from .ssh import SSHConnection, resolve_target
+                from .ssh import SSHConnection, resolve_host
 
-                target = resolve_target(conn.host, port=conn.port, user=conn.user, identity_file=conn.identity_file,
-                                        jump=conn.jump, known_hosts=conn.known_hosts)
+                host = resolve_host(conn.host, port=conn.port, user=conn.user, identity_file=conn.identity_file,
+                                    jump=conn.jump, known_hosts=conn.known_hosts)
                 self._transport = SSHTransport(SSHConnection(
-                    target, board=self.name, trust_new_host=self.trust_new_host,
-                    connect_timeout_s=self.connect_timeout_s, retries=self.retries, backoff_s=self.backoff_s))
+                    host, board=self.name, trust_new_host=self.trust_new_host,
+                    connect_timeout_s=self.connect_timeout_s, policy=self.policy))
             self._transport.open()
         return self._transport
 
@@ -146,19 +148,12 @@ class Board:
         self._home = home
 
     def _retrying(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn``; on a dropped connection reconnect and try again (bounded, with backoff)."""
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            try:
-                return fn()
-            except BoardConnectionError as exc:
-                if attempt >= self.retries or not is_transient(exc):
-                    raise
-                if self._transport is not None:
-                    self._transport.close()   # reconnects on next use
-                time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")  # pragma: no cover
+        """``fn()`` under the board's one :class:`RetryPolicy`; a retry reconnects."""
+        return self.policy.call(fn, before_retry=self._drop_transport)
+
+    def _drop_transport(self) -> None:
+        if self._transport is not None:
+            self._transport.close()   # reconnects on next use
 
     # -- files -----------------------------------------------------------------------------------
     @property
@@ -340,25 +335,49 @@ def run_fleet(boards: Sequence[Union[str, BoardProfile, Board]], fn: Callable[[B
     """Run ``fn(board)`` on every board concurrently (at most ``max_workers`` at once: Ansible's
     forks). A board that fails does not stop the others: its :class:`FleetResult` carries the error.
     ``on_result(result)`` is called in the calling thread as each board finishes (to stream them).
-    Results come back in the order of ``boards``."""
+    Results come back in the order of ``boards``.
 
-    def one(spec: Union[str, BoardProfile, Board]) -> FleetResult:
+    Ctrl-C (KeyboardInterrupt in the calling thread) stops every board job: the commands running
+    on the boards get TERM, then KILL (:func:`sdk.remote.cancel.cancel_all`), and the interrupt is
+    raised once they are stopped (within about 3 s). The workers are daemon threads, so nothing
+    left waiting on a silent board keeps the process alive."""
+    if not boards:
+        return []
+    results: List[Optional[FleetResult]] = [None] * len(boards)
+    slots = threading.BoundedSemaphore(max(1, min(max_workers, len(boards))))
+    finished: "queue.Queue[int]" = queue.Queue()
+
+    def one(i: int, spec: Union[str, BoardProfile, Board]) -> None:
         start = time.monotonic()
         label = spec.name if isinstance(spec, (Board, BoardProfile)) else str(spec)
         try:
-            board = spec if isinstance(spec, Board) else Board(spec, **board_kwargs)
-            label = board.name
-            with board:
-                value = fn(board)
-            return FleetResult(label, value=value, seconds=time.monotonic() - start)
+            with slots:
+                check_cancelled()
+                board = spec if isinstance(spec, Board) else Board(spec, **board_kwargs)
+                label = board.name
+                with board:
+                    value = fn(board)
+            results[i] = FleetResult(label, value=value, seconds=time.monotonic() - start)
         except Exception as exc:  # one board's failure is its result, not the fleet's
-            return FleetResult(label, error=exc, seconds=time.monotonic() - start)
+            results[i] = FleetResult(label, error=exc, seconds=time.monotonic() - start)
+        except BaseException as exc:  # cancelled (KeyboardInterrupt in this worker)
+            results[i] = FleetResult(label, error=exc, seconds=time.monotonic() - start)
+        finally:
+            finished.put(i)
 
-    if not boards:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(boards))), thread_name_prefix="edgesdk-board") as pool:
-        futures = [pool.submit(one, b) for b in boards]
-        if on_result is not None:
-            for f in as_completed(futures):
-                on_result(f.result())
-        return [f.result() for f in futures]
+    for i, spec in enumerate(boards):
+        threading.Thread(target=one, args=(i, spec), name=f"edgesdk-board-{i}", daemon=True).start()
+    try:
+        for _ in range(len(boards)):
+            while True:
+                try:
+                    i = finished.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    continue
+            if on_result is not None and results[i] is not None:
+                on_result(results[i])
+    except KeyboardInterrupt:
+        cancel_all()
+        raise
+    return [r for r in results if r is not None]

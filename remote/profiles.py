@@ -16,7 +16,12 @@ separated, earlier folders win) override packaged ones of the same name. A profi
     [hardware.peak_gops]  fp32 fp16 int8: dense peak GOP/s per precision (the roofline's roofs)
 
 Unknown keys are a :class:`~sdk.errors.ConfigError` that names the key and the allowed ones.
-Passwords are never accepted: keys or ssh-agent only.
+Passwords are never accepted: keys or ssh-agent only. ``[connection] host`` is required: a
+board name or address, or ``"local"`` for this machine (a profile never falls back to it).
+
+A profile that cannot be read fails only when its board is used (by file stem, name or alias
+it would have had); the others still load. :func:`profile_problems` lists the unreadable ones
+(``sdk boards`` prints them as warnings).
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ __all__ = [
     "parse_profile",
     "list_profiles",
     "get_profile",
+    "profile_problems",
 ]
 
 LOCAL_HOST = "local"   # ``host = "local"``: run on this machine through a subprocess, no SSH
@@ -48,7 +54,7 @@ class Connection:
     """How to reach the board. ``host = "local"`` means this machine, no SSH. ``host`` may be an
     alias of ``~/.ssh/config``. ``jump``: ``[user@]host[:port]`` or another alias (ProxyJump)."""
 
-    host: str = LOCAL_HOST
+    host: str = ""
     port: Optional[int] = None
     user: Optional[str] = None
     identity_file: Optional[str] = None
@@ -168,6 +174,10 @@ def parse_profile(data: Mapping[str, Any], source: str = "<profile>", default_na
     port = prof.connection.port
     if port is not None and not 0 < port < 65536:
         raise ConfigError(f"{source}: connection.port {port} is out of range 1..65535")
+    if not prof.connection.host.strip():
+        raise ConfigError(f"{source}: [connection] has no host",
+                          'name the board (host = "jetson.lab" or an ~/.ssh/config alias), or write '
+                          'host = "local" for this machine')
     return prof
 
 
@@ -207,31 +217,48 @@ def profile_dirs() -> List[Path]:
 
 
 def list_profiles() -> Dict[str, BoardProfile]:
-    """All profiles by name (user ones override packaged ones), sorted by name."""
-    return dict(sorted(_by_priority().items()))
+    """All readable profiles by name (user ones override packaged ones), sorted by name."""
+    return dict(sorted(_by_priority()[0].items()))
 
 
-def _by_priority() -> Dict[str, BoardProfile]:
+def profile_problems() -> List[ConfigError]:
+    """The profile files that cannot be read (each a :class:`ConfigError` naming its file)."""
+    return [err for _, err in _by_priority()[1]]
+
+
+def _by_priority() -> Tuple[Dict[str, BoardProfile], List[Tuple[str, ConfigError]]]:
+    """(readable profiles by name, [(file stem, error)] for unreadable ones), in priority order."""
     found: Dict[str, BoardProfile] = {}
+    broken: List[Tuple[str, ConfigError]] = []
     for d in profile_dirs():
         if not d.is_dir():
             continue
         for f in sorted(d.glob("*.toml")):
-            prof = load_profile(f)
+            try:
+                prof = load_profile(f)
+            except ConfigError as exc:
+                broken.append((f.stem, exc))
+                continue
             found.setdefault(prof.name, prof)
-    return found
+    return found, broken
 
 
 def get_profile(name: str) -> BoardProfile:
     """The profile called ``name`` or having it as an alias; a path to a ``.toml`` file works too.
-    Unknown names raise :class:`~sdk.errors.UnknownBoardError` listing the known ones."""
+    Unknown names raise :class:`~sdk.errors.UnknownBoardError` listing the known ones; a profile
+    file of that name that cannot be read raises its :class:`~sdk.errors.ConfigError`."""
     if name.endswith(".toml") and Path(name).is_file():
         return load_profile(name)
-    profiles = _by_priority()     # user folders first: their aliases win too
+    profiles, broken = _by_priority()     # user folders first: their aliases win too
+    for stem, err in broken:               # an override the user wrote but broke: say so
+        if stem == name:
+            raise err
     if name in profiles:
         return profiles[name]
     for prof in profiles.values():
         if name in prof.aliases:
             return prof
+    unread = f"; unreadable profiles: {', '.join(stem for stem, _ in broken)}" if broken else ""
     raise UnknownBoardError(f"unknown board '{name}'",
-                            f"known boards: {', '.join(sorted(profiles))}; add one in ~/.config/edgesdk/boards/{name}.toml")
+                            f"known boards: {', '.join(sorted(profiles))}{unread}; "
+                            f"add one in ~/.config/edgesdk/boards/{name}.toml")

@@ -5,7 +5,9 @@
   (trust on first use), which appends it to the profile's file or else to ``~/.ssh/known_hosts``.
   A changed key is always refused.
 * Authentication: the profile's or ``~/.ssh/config``'s identity files, the default keys in
-  ``~/.ssh`` and ssh-agent. Never passwords.
+  ``~/.ssh`` and ssh-agent. Never a password and never keyboard-interactive: a server that asks
+  for more than a key (``AuthenticationMethods publickey,keyboard-interactive``) is refused with
+  one error, nothing is prompted or sent, stdin is never read.
 * ``~/.ssh/config`` aliases are applied here (paramiko parses but does not act on them):
   HostName, User, Port, IdentityFile and ProxyJump (a chain of hops, each opened as a
   ``direct-tcpip`` channel through the previous one and given to ``connect`` as ``sock=``);
@@ -20,7 +22,12 @@
   shell's process tree, found with ``pgrep -P``, is stopped instead.)
 * Timeouts on connect, banner, auth, channel open and every command; keepalive; stdout and
   stderr are drained while a command runs. Transient failures (timeout, reset, banner lost)
-  are retried with backoff a bounded number of times; auth and host key failures are not.
+  are retried under one :class:`RetryPolicy` per board (connects and operations draw on the same
+  budget: by default one retry, so a board that accepts TCP but never speaks SSH costs the
+  connect timeout twice); auth and host key failures are not retried.
+* paramiko's log lines (banner tracebacks, "Socket exception") never reach stderr unless the
+  application configures logging (``sdk --debug`` does).
+* Ctrl-C: :func:`sdk.remote.cancel.cancel_all` stops every command in flight (see there).
 
 paramiko is imported inside the functions that need it (``pip install edgesdk[remote]``).
 """
@@ -34,16 +41,18 @@ import secrets
 import select
 import shlex
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import (AuthenticationError, BoardConnectionError, ConfigError, HostKeyError,
                       MissingDependencyError, RemoteCommandError, RemoteError)
+from .cancel import abort_hook, cancelled, check_cancelled, in_flight
 
-__all__ = ["SSHTarget", "CommandResult", "SSHConnection", "resolve_target", "user_known_hosts",
-           "ssh_config_path", "fingerprint", "is_transient", "with_retries"]
+__all__ = ["SSHHost", "CommandResult", "SSHConnection", "RetryPolicy", "resolve_host", "user_known_hosts",
+           "ssh_config_path", "fingerprint", "is_transient", "exit_status_text"]
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_COMMAND_TIMEOUT_S = 600.0
@@ -53,6 +62,8 @@ MAX_JUMPS = 8
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 KILL_GRACE_S = 2.0                    # between TERM and KILL when a command is stopped on the board
 PGID_WAIT_S = 2.0                     # how long a stopped command's PID report is awaited
+DEFAULT_RETRIES = 1                   # retries per board, connects and operations together
+DEFAULT_BACKOFF_S = 0.5
 
 
 def _paramiko():
@@ -60,7 +71,61 @@ def _paramiko():
         import paramiko
     except ImportError as exc:
         raise MissingDependencyError("the remote runner (SSH)", "paramiko", "pip install 'edgesdk[remote]'") from exc
+    _quiet_paramiko_logs()
     return paramiko
+
+
+def _quiet_paramiko_logs() -> None:
+    """A NullHandler on the ``paramiko`` logger: without any handler Python's last-resort handler
+    prints paramiko's warnings (banner tracebacks, socket resets) on stderr. Records still
+    propagate to handlers the application sets up (``sdk --debug`` configures logging)."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+
+
+class RetryPolicy:
+    """The one retry policy of a board: ``retries`` extra attempts in all, shared by connecting
+    and by every operation on the board (a reconnect inside a retried push draws on the same
+    budget, so retries never nest), ``backoff_s`` doubling between attempts. Only transient
+    :class:`BoardConnectionError` s (timeout, reset, banner lost) are retried. Thread-safe."""
+
+    def __init__(self, retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S):
+        self.retries = max(0, int(retries))
+        self.backoff_s = backoff_s
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RetryPolicy(retries={self.retries}, backoff_s={self.backoff_s}, used={self.used})"
+
+    def spend(self) -> bool:
+        """Take one retry from the budget and sleep the backoff; False when none is left."""
+        with self._lock:
+            if self.used >= self.retries:
+                return False
+            self.used += 1
+            delay = self.backoff_s * (2 ** (self.used - 1))
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            check_cancelled()
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        check_cancelled()
+        return True
+
+    def call(self, fn: Callable[[], Any], *, before_retry: Optional[Callable[[], None]] = None) -> Any:
+        """``fn()``, retried on a transient :class:`BoardConnectionError` while the budget lasts;
+        ``before_retry`` runs before each new attempt (e.g. drop the dead connection)."""
+        while True:
+            try:
+                return fn()
+            except BoardConnectionError as exc:
+                if not is_transient(exc) or not self.spend():
+                    raise
+                if before_retry is not None:
+                    before_retry()
 
 
 def ssh_config_path() -> Path:
@@ -76,14 +141,14 @@ SYSTEM_KNOWN_HOSTS = Path("/etc/ssh/ssh_known_hosts")
 
 
 @dataclass
-class SSHTarget:
+class SSHHost:
     """A host to connect to, after ``~/.ssh/config`` was applied. ``jump`` is the previous hop."""
 
     hostname: str
     port: int = 22
     user: str = field(default_factory=getpass.getuser)
     identity_files: List[str] = field(default_factory=list)
-    jump: Optional["SSHTarget"] = None
+    jump: Optional["SSHHost"] = None
     known_hosts: Optional[str] = None
     alias: Optional[str] = None
     host_key_alias: Optional[str] = None
@@ -164,9 +229,9 @@ def _known_hosts_files(value: Optional[str], *, host: str, hostname: str, port: 
     return out
 
 
-def resolve_target(host: str, *, port: Optional[int] = None, user: Optional[str] = None,
+def resolve_host(host: str, *, port: Optional[int] = None, user: Optional[str] = None,
                    identity_file: Optional[str] = None, jump: Optional[str] = None,
-                   known_hosts: Optional[str] = None, _depth: int = 0, _config: Any = "load") -> SSHTarget:
+                   known_hosts: Optional[str] = None, _depth: int = 0, _config: Any = "load") -> SSHHost:
     """Apply ``~/.ssh/config`` to ``host`` (an alias or a name). Explicit arguments (from the
     profile) win over the config file, as command-line options do for ``ssh``."""
     if _depth > MAX_JUMPS:
@@ -184,12 +249,12 @@ def resolve_target(host: str, *, port: Optional[int] = None, user: Optional[str]
         raise ConfigError(f"identity file '{identity_file}' does not exist (connection.identity_file of '{host}')")
     identities += [os.path.expanduser(p) for p in looked.get("identityfile", [])]
     jump = jump if jump is not None else looked.get("proxyjump")
-    previous: Optional[SSHTarget] = None
+    previous: Optional[SSHHost] = None
     if jump and jump.lower() != "none":
         # "a,b,c": connect to a, then b through a, then c through b, then the host through c
         for hop in jump.split(","):
             h_user, h_host, h_port = _split_hop(hop)
-            tgt = resolve_target(h_host, port=h_port, user=h_user, known_hosts=known_hosts,
+            tgt = resolve_host(h_host, port=h_port, user=h_user, known_hosts=known_hosts,
                                  _depth=_depth + 1, _config=config)
             # the hop's own ProxyJump is superseded by the chain order
             root = tgt
@@ -202,7 +267,7 @@ def resolve_target(host: str, *, port: Optional[int] = None, user: Optional[str]
     files = {key: _known_hosts_files(looked.get(key.lower()), host=host, hostname=hostname, port=port, user=user,
                                      key=key) for key in ("UserKnownHostsFile", "GlobalKnownHostsFile")}
     alias = looked.get("hostkeyalias")
-    return SSHTarget(hostname=hostname, port=port, user=user,
+    return SSHHost(hostname=hostname, port=port, user=user,
                      identity_files=identities, jump=previous, known_hosts=known_hosts,
                      alias=host if hostname != host else None,
                      host_key_alias=alias if alias and alias.lower() != "none" else None,
@@ -237,12 +302,34 @@ class CommandResult:
         return self.stdout.decode("utf-8", "replace")
 
     def error_text(self) -> str:
-        """The last non-empty stderr line (or stdout's), for one-line error messages."""
+        """The last non-empty stderr line (or stdout's), for one-line error messages; a command
+        killed by a signal says which (``killed by signal SIGSEGV``)."""
+        status = exit_status_text(self.returncode)
         for blob in (self.stderr, self.stdout):
             lines = [ln.strip() for ln in blob.decode("utf-8", "replace").splitlines() if ln.strip()]
             if lines:
-                return lines[-1]
-        return f"exit status {self.returncode}"
+                return lines[-1] if "signal" not in status else f"{lines[-1]} ({status})"
+        return status
+
+
+def exit_status_text(returncode: int) -> str:
+    """``exit status 3``; ``killed by signal SIGSEGV`` for a negative (subprocess) status or a
+    shell's 128+N; paramiko reports -1 when the server sent a signal but no status."""
+    import signal
+
+    def name(num: int) -> str:
+        try:
+            return signal.Signals(num).name
+        except ValueError:
+            return f"signal {num}"
+
+    if returncode == -1:
+        return "killed by a signal (the board sent no exit status)"
+    if returncode < 0:
+        return f"killed by signal {name(-returncode)}"
+    if 128 < returncode < 128 + 65:
+        return f"exit status {returncode}: killed by signal {name(returncode - 128)}"
+    return f"exit status {returncode}"
 
 
 _TRANSIENT_ERRNOS = {errno.ECONNRESET, errno.ETIMEDOUT, errno.ECONNABORTED, errno.EPIPE, errno.EHOSTUNREACH,
@@ -274,7 +361,7 @@ _PID_REPORT = re.compile(rb"\x1eedgesdk-pid ([0-9a-f]+) ([0-9]+)\n")
 def _with_pid_report(command: str, token: str) -> str:
     """``command`` preceded by a line that prints the shell's PID to stderr. OpenSSH's sshd
     starts every session with ``setsid``, so that PID is also the process group of everything it starts."""
-    return f"printf '\\036edgesdk-pid {token} %s\\n' \"$$\" >&2\n{command}"
+    return f"printf '\\036edgesdk-pid {token} %s\\n' \"$$\" >&2\n{command}\nexit $?"
 
 
 def _strip_pid_report(stderr: bytes, token: str) -> Tuple[bytes, Optional[int]]:
@@ -300,6 +387,46 @@ def _kill_group_script(pid: int, grace_s: float = KILL_GRACE_S) -> str:
             'kill -s KILL $p 2>/dev/null; fi; exit 0')
 
 
+def _shut(sock: Any) -> None:
+    """Close a socket (or channel) another thread is blocked on."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+class _KeysOnly(Exception):
+    """Internal: the server asked for a password or keyboard-interactive answers (refused)."""
+
+    def __init__(self, methods: str):
+        super().__init__(f"the server wants {methods}")
+        self.methods = methods
+
+
+_KEYS_ONLY: Dict[str, Any] = {}
+
+
+def _keys_only_transport() -> Any:
+    """A paramiko ``Transport`` that refuses to send passwords or keyboard-interactive answers.
+    paramiko's ``SSHClient`` falls back to ``auth_interactive_dumb`` (a ``Password:`` prompt on
+    the terminal, reading stdin) after a partial publickey success; here that fallback, and any
+    password or interactive attempt, raises :class:`_KeysOnly` (not an ``SSHException``, so
+    paramiko does not swallow it) before anything is prompted or sent."""
+    if "cls" not in _KEYS_ONLY:
+        paramiko = _paramiko()
+
+        def refuse(self: Any, *_args: Any, **_kw: Any) -> Any:
+            raise _KeysOnly("a key and then keyboard-interactive or a password")
+
+        _KEYS_ONLY["cls"] = type("KeysOnlyTransport", (paramiko.Transport,), {
+            "auth_password": refuse, "auth_interactive": refuse, "auth_interactive_dumb": refuse})
+    return _KEYS_ONLY["cls"]
+
+
 class SSHConnection:
     """One SSH connection (and its jump hops) to a board. Open with :meth:`connect` or ``with``.
 
@@ -308,16 +435,16 @@ class SSHConnection:
     ``backoff_s`` doubling between them.
     """
 
-    def __init__(self, target: SSHTarget, *, board: Optional[str] = None, trust_new_host: bool = False,
+    def __init__(self, host: SSHHost, *, board: Optional[str] = None, trust_new_host: bool = False,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, keepalive_s: int = KEEPALIVE_S,
-                 retries: int = 2, backoff_s: float = 0.5, ciphers: Optional[List[str]] = None):
-        self.target = target
-        self.board = board or target.alias or target.hostname
+                 retries: int = DEFAULT_RETRIES, backoff_s: float = DEFAULT_BACKOFF_S,
+                 ciphers: Optional[List[str]] = None, policy: Optional[RetryPolicy] = None):
+        self.host = host
+        self.board = board or host.alias or host.hostname
         self.trust_new_host = trust_new_host
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_s = keepalive_s
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.policy = policy if policy is not None else RetryPolicy(retries, backoff_s)
         self.ciphers = ciphers
         self.client: Any = None
         self._jump: Optional["SSHConnection"] = None
@@ -337,24 +464,24 @@ class SSHConnection:
         return bool(t is not None and t.is_active())
 
     def connect(self) -> "SSHConnection":
-        """Connect (with bounded retries for transient failures)."""
+        """Connect; a transient failure is retried while the :class:`RetryPolicy` (shared with
+        whatever else this board does) has retries left."""
         if self.connected:
             return self
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
+        while True:
+            check_cancelled()
             try:
                 self._connect_once()
                 return self
             except _Transient as t:
                 self.close()
-                if attempt >= self.retries:
+                if cancelled():
+                    raise KeyboardInterrupt("cancelled") from None
+                if not self.policy.spend():
                     raise t.error from t.__cause__
-                time.sleep(delay)
-                delay *= 2
             except BaseException:
                 self.close()
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
         if self.client is not None:
@@ -369,11 +496,11 @@ class SSHConnection:
 
     # -- connecting ---------------------------------------------------------------------------
     def _user_files(self) -> List[Path]:
-        t = self.target
+        t = self.host
         return [user_known_hosts()] if t.user_known_hosts_files is None else [Path(p) for p in t.user_known_hosts_files]
 
     def _host_key_files(self) -> List[Path]:
-        t = self.target
+        t = self.host
         files = [SYSTEM_KNOWN_HOSTS] if t.global_known_hosts_files is None else \
             [Path(p) for p in t.global_known_hosts_files]
         files += self._user_files()
@@ -384,8 +511,8 @@ class SSHConnection:
     def _record_file(self) -> Optional[Path]:
         """Where a trusted new key goes: the profile's file, else the first user known_hosts
         file (None with ``UserKnownHostsFile none``: trusted for this connection only)."""
-        if self.target.known_hosts:
-            return Path(os.path.expanduser(self.target.known_hosts))
+        if self.host.known_hosts:
+            return Path(os.path.expanduser(self.host.known_hosts))
         files = self._user_files()
         return files[0] if files else None
 
@@ -396,7 +523,7 @@ class SSHConnection:
         class Policy(paramiko.MissingHostKeyPolicy):
             def missing_host_key(self, client, hostname, key):
                 fp = f"{key.get_name()} {fingerprint(key)}"
-                hostname = conn.target.known_hosts_name    # the HostKeyAlias when there is one
+                hostname = conn.host.known_hosts_name    # the HostKeyAlias when there is one
                 if not conn.trust_new_host:
                     raise HostKeyError(
                         f"unknown host key for {hostname} ({fp}); refusing to connect",
@@ -413,36 +540,36 @@ class SSHConnection:
                     except OSError as exc:
                         raise HostKeyError(f"cannot record the host key of {hostname} in {path}: "
                                            f"{exc.strerror or exc}", board=conn.board) from exc
-                client.get_host_keys().add(conn.target.server_key_name, key.get_name(), key)
+                client.get_host_keys().add(conn.host.server_key_name, key.get_name(), key)
 
         return Policy()
 
     def _open_sock(self) -> Any:
         """A socket-like object to the target: a direct-tcpip channel through the jump, or None."""
-        if self.target.jump is None:
+        if self.host.jump is None:
             return None
         if self._jump is None or not self._jump.connected:
-            self._jump = SSHConnection(self.target.jump, board=self.board, trust_new_host=self.trust_new_host,
+            self._jump = SSHConnection(self.host.jump, board=self.board, trust_new_host=self.trust_new_host,
                                        connect_timeout_s=self.connect_timeout_s, keepalive_s=self.keepalive_s,
-                                       retries=0)
+                                       policy=RetryPolicy(0))
             self._jump._connect_once()
         paramiko = _paramiko()
         transport = self._jump.client.get_transport()
         try:
-            return transport.open_channel("direct-tcpip", (self.target.hostname, self.target.port), ("127.0.0.1", 0),
+            return transport.open_channel("direct-tcpip", (self.host.hostname, self.host.port), ("127.0.0.1", 0),
                                           timeout=self.connect_timeout_s)
         except paramiko.ChannelException as exc:
             raise BoardConnectionError(
-                f"jump host {self.target.jump.hostname} cannot reach {self.target.hostname}:{self.target.port} "
+                f"jump host {self.host.jump.hostname} cannot reach {self.host.hostname}:{self.host.port} "
                 f"({exc.text or exc})", board=self.board) from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise _Transient(BoardConnectionError(
-                f"jump host {self.target.jump.hostname} dropped the connection to "
-                f"{self.target.hostname}:{self.target.port}", board=self.board)) from exc
+                f"jump host {self.host.jump.hostname} dropped the connection to "
+                f"{self.host.hostname}:{self.host.port}", board=self.board)) from exc
 
     def _connect_once(self) -> None:
         paramiko = _paramiko()
-        t = self.target
+        t = self.host
         client = paramiko.SSHClient()
         # only the keys known for the lookup name (the HostKeyAlias, if any), filed under the name
         # paramiko checks them by: so an alias's keys verify the host and nothing else does
@@ -457,10 +584,9 @@ class SSHConnection:
                     known.add(t.server_key_name, kind, key)
         client.set_missing_host_key_policy(self._policy())
         self.client = client
-        where = f"{t.hostname}:{t.port}"
 
         def transport_factory(sock, **kw):
-            tr = paramiko.Transport(sock, default_window_size=WINDOW_BYTES, **kw)
+            tr = _keys_only_transport()(sock, default_window_size=WINDOW_BYTES, **kw)
             opts = tr.get_security_options()
             if self.ciphers:
                 opts.ciphers = tuple(self.ciphers)
@@ -469,22 +595,47 @@ class SSHConnection:
             return tr
 
         try:
+            check_cancelled()
             sock = self._open_sock()
             if sock is None:
                 # our own socket, to turn Nagle off: with it, every small request (channel open, SFTP
                 # open, exit status) waits for the peer's delayed ACK, about 40 ms each on Linux
                 sock = socket.create_connection((t.hostname, t.port), timeout=self.connect_timeout_s)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            client.connect(
-                t.hostname, port=t.port, username=t.user, key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
-                password=None, allow_agent=True, look_for_keys=True, sock=sock,
-                timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
-                auth_timeout=self.connect_timeout_s, channel_timeout=self.connect_timeout_s,
-                transport_factory=transport_factory)
+            with abort_hook(lambda: _shut(sock)):     # Ctrl-C: stop waiting for a silent board
+                check_cancelled()
+                self._client_connect(client, sock, transport_factory)
         except RemoteError:
             raise
         except _Transient:
             raise
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            if cancelled():
+                raise KeyboardInterrupt("cancelled") from exc
+            self._translate(exc)
+        transport = client.get_transport()
+        if self.keepalive_s:
+            transport.set_keepalive(self.keepalive_s)
+
+    def _client_connect(self, client: Any, sock: Any, transport_factory: Any) -> None:
+        t = self.host
+        client.connect(
+            t.hostname, port=t.port, username=t.user,
+            key_filename=[f for f in t.identity_files if os.path.exists(f)] or None,
+            password=None, allow_agent=True, look_for_keys=True, sock=sock,
+            timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
+            auth_timeout=self.connect_timeout_s, channel_timeout=self.connect_timeout_s,
+            transport_factory=transport_factory)
+
+    def _translate(self, exc: BaseException) -> None:
+        """Raise the SDK's error for a failed connect (``_Transient`` for the retryable ones)."""
+        paramiko = _paramiko()
+        t = self.host
+        where = f"{t.hostname}:{t.port}"
+        try:
+            raise exc
         except paramiko.BadHostKeyException as exc:
             raise HostKeyError(
                 f"host key for {t.known_hosts_name} has CHANGED (now {exc.key.get_name()} {fingerprint(exc.key)}, "
@@ -492,6 +643,12 @@ class SSHConnection:
                 "or the board was reinstalled",
                 f"if you know why it changed, remove the old key with: ssh-keygen -R '{t.known_hosts_name}'",
                 board=self.board) from exc
+        except _KeysOnly as exc:
+            raise AuthenticationError(
+                f"{where} asks for more than a key to log in as '{t.user}' ({exc.methods}); edgesdk "
+                "authenticates with keys and ssh-agent only and never sends a password or a typed answer",
+                "let this key log in alone on the board (AuthenticationMethods publickey in sshd_config), "
+                "or use another account", board=self.board) from exc
         except paramiko.AuthenticationException as exc:
             raise AuthenticationError(
                 f"authentication as '{t.user}' on {where} failed ({exc})",
@@ -509,7 +666,15 @@ class SSHConnection:
         except ConnectionRefusedError as exc:
             raise _persistent(BoardConnectionError(f"connection refused by {where} (is sshd running on the board?)",
                                                    board=self.board)) from exc
-        except (paramiko.SSHException, EOFError, ConnectionError) as exc:
+        except paramiko.SSHException as exc:
+            tr = self.client.get_transport() if self.client is not None else None
+            if "banner" in str(exc).lower() or (tr is not None and not getattr(tr, "remote_version", "")):
+                raise _Transient(BoardConnectionError(
+                    f"timed out after {self.connect_timeout_s:g} s waiting for the SSH server of {where} "
+                    "(it accepts connections but does not speak SSH)", board=self.board)) from exc
+            raise _Transient(BoardConnectionError(f"connection to {where} failed: {exc or type(exc).__name__}",
+                                                  board=self.board)) from exc
+        except (EOFError, ConnectionError) as exc:
             raise _Transient(BoardConnectionError(f"connection to {where} failed: {exc or type(exc).__name__}",
                                                   board=self.board)) from exc
         except OSError as exc:
@@ -517,9 +682,6 @@ class SSHConnection:
             if exc.errno in _TRANSIENT_ERRNOS:
                 raise _Transient(err) from exc
             raise _persistent(err) from exc
-        transport = client.get_transport()
-        if self.keepalive_s:
-            transport.set_keepalive(self.keepalive_s)
 
     # -- commands -------------------------------------------------------------------------------
     def _transport(self):
@@ -539,10 +701,21 @@ class SSHConnection:
         err: List[bytes] = []
         token = secrets.token_hex(6)
         self.round_trips += 1
-        try:
-            chan = self._transport().open_session(timeout=self.connect_timeout_s)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise BoardConnectionError(f"cannot open a session: {exc}", board=self.board) from exc
+        check_cancelled()
+        with in_flight():
+            try:
+                chan = self._transport().open_session(timeout=self.connect_timeout_s)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise BoardConnectionError(f"cannot open a session: {exc}", board=self.board) from exc
+            rc = self._drive(chan, command, token, input, timeout_s, start, out, err)
+        stderr, _ = _strip_pid_report(b"".join(err), token)
+        return CommandResult(command, rc, b"".join(out), stderr, time.monotonic() - start)
+
+    def _drive(self, chan: Any, command: str, token: str, input: Optional[bytes], timeout_s: Optional[float],
+               start: float, out: List[bytes], err: List[bytes]) -> int:
+        """Run ``command`` on ``chan`` to its end; stop it on the board on any way out but its end
+        (a timeout, a dropped link, Ctrl-C in this thread, :func:`~sdk.remote.cancel.cancel_all`)."""
+        paramiko = _paramiko()
         finished = False
         try:
             chan.settimeout(self.connect_timeout_s)
@@ -569,6 +742,7 @@ class SSHConnection:
                 if deadline is not None and time.monotonic() > deadline:
                     raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
                                              "raise the timeout, or check what hangs on the board", board=self.board)
+                check_cancelled()
                 if not got:
                     if chan.eof_received:
                         chan.status_event.wait(0.05)
@@ -588,8 +762,7 @@ class SSHConnection:
                     self._stop_on_board(chan, err, token)
             finally:
                 chan.close()
-        stderr, _ = _strip_pid_report(b"".join(err), token)
-        return CommandResult(command, rc, b"".join(out), stderr, time.monotonic() - start)
+        return int(rc)
 
     def _stop_on_board(self, chan: Any, err: List[bytes], token: str) -> bool:
         """Stop an unfinished command's process group on the board: TERM, then KILL after
@@ -631,16 +804,3 @@ class SSHConnection:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise BoardConnectionError(f"cannot open SFTP (is the sftp subsystem enabled in sshd?): {exc}",
                                        board=self.board) from exc
-
-
-def with_retries(fn: Callable[[], Any], *, retries: int = 2, backoff_s: float = 0.5) -> Any:
-    """Call ``fn``, retrying on :class:`BoardConnectionError` (transient) with doubling backoff."""
-    delay = backoff_s
-    for attempt in range(retries + 1):
-        try:
-            return fn()
-        except BoardConnectionError as exc:
-            if attempt >= retries or not is_transient(exc):
-                raise
-            time.sleep(delay)
-            delay *= 2

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import BoardConnectionError, RemoteCommandError, TransferError
+from .cancel import cancelled, check_cancelled, in_flight
 from .ssh import DEFAULT_COMMAND_TIMEOUT_S, KILL_GRACE_S, CommandResult, SSHConnection
 
 __all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult",
@@ -159,18 +160,37 @@ class LocalTransport(Transport):
 
     def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
         start = time.monotonic()
-        proc = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            out, err = proc.communicate(input=input or b"", timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            stop_process_group(proc)
-            raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
-                                     "raise the timeout, or check what hangs", board=self.board) from exc
-        except BaseException:     # interrupted (KeyboardInterrupt): leave nothing running
-            stop_process_group(proc)
-            raise
+        check_cancelled()
+        with in_flight():
+            proc = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            try:
+                out, err = self._wait(proc, input, timeout_s, start)
+            except subprocess.TimeoutExpired as exc:
+                stop_process_group(proc)
+                raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
+                                         "raise the timeout, or check what hangs", board=self.board) from exc
+            except BaseException:     # interrupted (KeyboardInterrupt, cancel_all): leave nothing running
+                stop_process_group(proc)
+                raise
         return CommandResult(command, proc.returncode, out, err, time.monotonic() - start)
+
+    @staticmethod
+    def _wait(proc: "subprocess.Popen[bytes]", input: Optional[bytes], timeout_s: Optional[float],
+              start: float) -> Any:
+        """``proc.communicate`` in slices of 0.1 s, so a cancellation is seen at once."""
+        feed: Optional[bytes] = input or b""
+        while True:
+            check_cancelled()
+            left = None if timeout_s is None else timeout_s - (time.monotonic() - start)
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0)
+            try:
+                return proc.communicate(input=feed, timeout=0.1 if left is None else min(0.1, left))
+            except subprocess.TimeoutExpired:
+                feed = None      # already handed over: communicate() resumes writing it
+                if left is not None and left <= 0.1 and proc.poll() is None:
+                    raise
 
     def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
         dest = self._abs(remote)
@@ -182,6 +202,7 @@ class LocalTransport(Transport):
                 dst.seek(offset)
                 dst.truncate()
                 while True:
+                    check_cancelled()
                     chunk = src.read(1 << 20)
                     if not chunk:
                         break
@@ -238,39 +259,15 @@ class SSHTransport(Transport):
         """Pipelined SFTP upload: up to ``MAX_IN_FLIGHT`` write requests outstanding, each
         acknowledged in order (paramiko's own pipelining drains to zero every 100 requests)."""
         import paramiko
-        from paramiko.sftp import CMD_STATUS, CMD_WRITE, int64
 
         total = local.stat().st_size
         sent = 0
         try:
-            sftp = self.sftp()
-            with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wb") as dst:
-                if offset:
-                    dst.truncate(offset)
-                src.seek(offset)
-                pos = offset
-                pending: deque = deque()
-                last_report = 0
-                while True:
-                    chunk = src.read(CHUNK_BYTES)
-                    if not chunk:
-                        break
-                    pending.append(sftp._async_request(type(None), CMD_WRITE, dst.handle, int64(pos), chunk))
-                    pos += len(chunk)
-                    if len(pending) >= MAX_IN_FLIGHT:
-                        t, _ = sftp._read_response(pending.popleft())
-                        if t != CMD_STATUS:
-                            raise TransferError("unexpected SFTP reply to a write", board=self.board)
-                        sent += CHUNK_BYTES  # approximate until the end
-                        if progress and sent - last_report >= (1 << 20):
-                            last_report = sent
-                            progress(offset + sent, total)
-                while pending:
-                    sftp._read_response(pending.popleft())
-                sent = pos - offset
-            if progress:
-                progress(total, total)
+            with in_flight():
+                return self._put_pipelined(local, remote, offset, progress, total)
         except (paramiko.SSHException, EOFError, ConnectionError, OSError) as exc:
+            if cancelled():
+                raise KeyboardInterrupt("cancelled") from exc
             msg = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             if isinstance(exc, IOError) and not isinstance(exc, ConnectionError) and self.connection.connected:
                 # the server refused a write (SFTP status): a full disk, permissions, a bad path
@@ -278,8 +275,42 @@ class SSHTransport(Transport):
                                     "is the board's disk full? (df -h on the board)", board=self.board) from exc
             self._sftp = None
             raise BoardConnectionError(f"connection lost while uploading {local.name} "
-                                       f"({(offset + sent) / 1e6:.1f} of {total / 1e6:.1f} MB sent): {msg}",
-                                       board=self.board) from exc
+                                       f"({offset / 1e6:.1f} MB were on the board, {total / 1e6:.1f} MB in all): "
+                                       f"{msg}", board=self.board) from exc
+
+    def _put_pipelined(self, local: Path, remote: str, offset: int, progress: Optional[Progress],
+                       total: int) -> int:
+        from paramiko.sftp import CMD_STATUS, CMD_WRITE, int64
+
+        sent = 0
+        sftp = self.sftp()
+        with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wb") as dst:
+            if offset:
+                dst.truncate(offset)
+            src.seek(offset)
+            pos = offset
+            pending: deque = deque()
+            last_report = 0
+            while True:
+                check_cancelled()
+                chunk = src.read(CHUNK_BYTES)
+                if not chunk:
+                    break
+                pending.append(sftp._async_request(type(None), CMD_WRITE, dst.handle, int64(pos), chunk))
+                pos += len(chunk)
+                if len(pending) >= MAX_IN_FLIGHT:
+                    t, _ = sftp._read_response(pending.popleft())
+                    if t != CMD_STATUS:
+                        raise TransferError("unexpected SFTP reply to a write", board=self.board)
+                    sent += CHUNK_BYTES  # approximate until the end
+                    if progress and sent - last_report >= (1 << 20):
+                        last_report = sent
+                        progress(offset + sent, total)
+            while pending:
+                sftp._read_response(pending.popleft())
+            sent = pos - offset
+        if progress:
+            progress(total, total)
         return sent
 
     def _get(self, remote: str, local: Path) -> int:

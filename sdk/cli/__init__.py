@@ -1,8 +1,9 @@
 """The ``sdk`` command: a thin layer over the Python API (typer + rich).
 
 Each command group lives in its own module with a ``register(app)`` function, listed in
-``COMMAND_MODULES``. Errors from the SDK's exception tree become one line on stderr and exit
-code 2; ``--debug`` shows the traceback instead.
+``COMMAND_MODULES``. Errors from the SDK's exception tree, usage errors and anything unexpected
+become one ``error:`` line on stderr and exit code 2; ``--debug`` shows the traceback (and the
+third-party log lines) instead. Ctrl-C stops the board jobs and exits 130.
 """
 from __future__ import annotations
 
@@ -59,19 +60,114 @@ def build_app() -> Any:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    from ..errors import EdgeSDKError
+    """Run the ``sdk`` command. Every way out is one line on stderr and an exit code: usage and
+    input errors ``error: ...`` and 2, failed checks 1, Ctrl-C ``interrupted`` and 130 (after the
+    board jobs were stopped), never a traceback unless ``--debug``."""
     from . import _common
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    _common.STATE["debug"] = "--debug" in argv
-    app = build_app()
+    debug = "--debug" in argv
+    _common.STATE["debug"] = debug
+    if debug:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    previous = _install_sigint()
     try:
-        app(args=argv, prog_name="sdk")
+        code = _run(argv, debug)
+    except KeyboardInterrupt:
+        _stop_boards()
+        _common.err_console().print("interrupted")
+        code = 130
+    finally:
+        _restore_sigint(previous)
+    sys.exit(code)
+
+
+def _kind(exc: BaseException) -> str:
+    """Which click exception ``exc`` is ('UsageError', 'ClickException', 'Abort' or ''), by class
+    name: typer ships its own copy of click, and plain click may be used as well."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    for kind in ("UsageError", "ClickException", "Abort"):
+        if kind in names:
+            return kind
+    return ""
+
+
+def _run(argv: List[str], debug: bool) -> int:
+    from ..errors import EdgeSDKError
+    from . import _common
+
+    try:
+        app = build_app()
+        rv = app(args=argv, prog_name="sdk", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
     except EdgeSDKError as exc:
-        if _common.STATE["debug"]:
+        if debug:
             raise
         _common.error_line(exc)
-        sys.exit(EXIT_ERROR)
-    except KeyboardInterrupt:
-        _common.err_console().print("interrupted")
-        sys.exit(130)
+        return EXIT_ERROR
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:
+        kind = _kind(exc)
+        if kind == "Abort":            # click turns KeyboardInterrupt/EOF into Abort
+            raise KeyboardInterrupt from None
+        if kind == "UsageError" and type(exc).__name__ == "NoArgsIsHelpError":
+            return EXIT_ERROR          # a bare `sdk` or group: the help was printed, as click does
+        if kind == "UsageError":
+            _common.error_line(Exception(_usage_text(exc)))
+            return EXIT_ERROR
+        if kind == "ClickException":
+            _common.error_line(Exception(exc.format_message()))  # type: ignore[attr-defined]
+            return getattr(exc, "exit_code", None) or EXIT_ERROR
+        if debug:
+            raise
+        # a bug, or an input no check caught: still one line, never a traceback
+        _common.error_line(Exception(f"{type(exc).__name__}: {exc} (unexpected; run with --debug for the "
+                                     "traceback, and please report it)"))
+        return EXIT_ERROR
+
+
+def _usage_text(exc: Any) -> str:
+    """A click usage error as one line: the message, then where to look."""
+    msg = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = f"'{ctx.command_path} --help'" if ctx is not None else "'sdk --help'"
+    return f"{msg} (see {where})"
+
+
+def _install_sigint() -> Any:
+    """Ctrl-C: the first SIGINT cancels every board job (:func:`sdk.remote.cancel.cancel_all`
+    sets the flag; each job stops its board processes, TERM then KILL) and raises
+    KeyboardInterrupt here; a second one while that cleanup runs is ignored, so it completes
+    (bounded: about 3 s)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        cancel = sys.modules.get("sdk.remote.cancel")
+        if cancel is not None:
+            if cancel.cancelled():
+                return                      # already stopping: let the cleanup finish
+            cancel.cancel_all(wait_s=0)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _restore_sigint(previous: Any) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop_boards() -> None:
+    """After an interrupt: wait (bounded) until every board job has stopped its processes."""
+    cancel = sys.modules.get("sdk.remote.cancel")
+    if cancel is not None:
+        cancel.cancel_all()

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 STATE: Dict[str, Any] = {"debug": False}
 _consoles: Dict[str, Any] = {}
@@ -48,15 +50,61 @@ def parse_options(items: Optional[List[str]]) -> Dict[str, Any]:
     return out
 
 
-def write_json(path: Optional[str], data: Any) -> None:
-    """Write ``data`` to ``path`` atomically ('-' means stdout)."""
+def check_output(path: Optional[str], option: str, *, stdout_ok: bool = True) -> Optional[Path]:
+    """Validate an output path before any work is done: ``'-'`` (stdout, when ``stdout_ok``) and
+    None pass; otherwise the parent folder must exist (none is created) and take a new file,
+    and the path must not be a folder or a special file. Raises :class:`~sdk.errors.InputError`
+    naming ``option``. Probes the folder with a temporary file that is removed at once."""
+    import tempfile
+
+    from ..errors import InputError
+
+    if path is None or (stdout_ok and path == "-"):
+        return None
+    if path in ("", "-"):
+        raise InputError(f"{option}: an empty path", "give a file name")
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{option}: '{path}' is a folder", "give a file name inside it")
+    if p.exists() and not p.is_file():
+        raise InputError(f"{option}: '{path}' is not a regular file (a device, pipe or socket)",
+                         "give the path of a file to write")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise InputError(f"{option}: the folder '{parent}' does not exist", "create it first, or write elsewhere")
+    if not parent.is_dir():
+        raise InputError(f"{option}: '{parent}' is not a folder", "give a path inside a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=str(parent))
+    except OSError as exc:
+        raise InputError(f"{option}: cannot write in '{parent}' ({exc.strerror or exc})",
+                         "choose a writable folder") from exc
+    os.close(fd)
+    os.unlink(probe)
+    return p
+
+
+def write_text_atomic(path: Union[str, Path], text: str, option: str = "output") -> None:
+    """Write ``text`` to ``path`` atomically (:func:`sdk.atomic.atomic_write`: a temporary file in
+    the same folder, renamed; removed on every failure). The folder was checked by
+    :func:`check_output` before the work; a failure now is one :class:`~sdk.errors.InputError`."""
+    from ..atomic import atomic_write
+    from ..errors import InputError
+
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        raise InputError(f"{option}: cannot write '{path}' ({exc.strerror or exc})",
+                         "check the path and free space") from exc
+
+
+def write_json(path: Optional[str], data: Any, option: str = "--json") -> None:
+    """Write ``data`` to ``path`` atomically ('-' means stdout); no parent folder is created."""
     text = json.dumps(data, indent=2, sort_keys=False, default=str)
     if path in (None, "-"):
         sys.stdout.write(text + "\n")
         return
-    from ..atomic import atomic_write
-
-    atomic_write(path, text + "\n")
+    write_text_atomic(path, text + "\n", option)
 
 
 def fmt_ms(v: Optional[float]) -> str:

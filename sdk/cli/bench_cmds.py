@@ -46,10 +46,12 @@ def bench_cmd(
     from ..errors import InputError
     from ..targets import benchmark, target_class
     from ..tensors import parse_shape_profiles
-    from ._common import console, latency_table, noise_lines, parse_options, write_json
+    from ._common import check_output, console, latency_table, noise_lines, parse_options, write_json
 
     if max_ci_width is not None and early_stop is None:
         raise InputError("--max-ci-width needs --early-stop PERCENTILE")
+
+    check_output(json_path, "--json")          # before any work: no late failure, no folder created
     profiles = parse_shape_profiles(input_shape or [])
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     opts = parse_options(option)

@@ -54,10 +54,14 @@ def quantize_cmd(
     from ..sources import parse_preprocess
     from ..tensors import parse_input_shapes
     from ..errors import InputError
-    from ._common import console, err_console, write_json
+    from ._common import check_output, console, err_console, write_json
 
     if ray_address is not None and executor != "ray":
         raise InputError("--ray-address needs --executor ray")
+
+    for path, opt in ((output, "--output"), (stats, "--stats"), (trt_cache, "--trt-cache"), (ranges, "--ranges"),
+                      (report, "--report")):
+        check_output(path, opt, stdout_ok=opt == "--report")     # before any work: no late failure
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}

@@ -30,10 +30,12 @@ def boards_list_cmd(
     """List board profiles (packaged, ~/.config/edgesdk/boards, EDGESDK_BOARDS_PATH)."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..remote.profiles import list_profiles
+    from ..remote.profiles import list_profiles, profile_problems
     from ._common import console, write_json
 
     profiles = list_profiles()
+    for problem in profile_problems():     # a broken profile fails only its own board: warn here
+        sys.stderr.write(f"warning: {' '.join(str(problem).split())} (this board is unusable until fixed)\n")
     if json_out:
         write_json(None, [p.to_dict() for p in profiles.values()])
         return
@@ -104,17 +106,20 @@ def boards_check_cmd(
     inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
     limit: Optional[str] = typer.Option(None, "--limit", "-l", "--hosts", help=LIMIT_HELP),
     forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1, max=600.0,
+                                          help="Seconds to wait for the board's SSH server (one retry)."),
 ) -> None:
     """Connect to a board and report what it has: OS, Python, numpy, runtimes, JetPack, CUDA,
     TensorRT, power mode, clocks, temperatures, power sensors. With --inventory: every board of an
     Ansible inventory, a row each as they finish; exit 1 unless all succeeded."""
     from ..remote.board import Board
-    from ._common import console, write_json
+    from ._common import check_output, console, write_json
 
+    check_output(json_path, "--json")
     if inventory or name is None:
         _check_fleet(name, inventory, limit, forks, trust_new_host, json_path)
         return
-    with Board(name, trust_new_host=trust_new_host) as board:
+    with Board(name, trust_new_host=trust_new_host, connect_timeout_s=connect_timeout) as board:
         facts = board.check()
     if json_path == "-":
         write_json("-", facts)
@@ -179,6 +184,24 @@ def _power_line(r: Any) -> str:
     return ", ".join(parts)
 
 
+def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
+    """One board's table, power line, noise lines and upload line; everything is built before
+    anything is printed, so an answer that cannot be read prints nothing."""
+    from pathlib import Path
+
+    from ._common import latency_table, noise_lines
+
+    r = fr.value
+    tr = r.transfer or {}
+    sent = "skipped (already on the board)" if tr.get("skipped") else \
+        f"{tr.get('bytes_sent', 0) / 1e6:.1f} MB in {tr.get('seconds', 0):.1f} s"
+    table = latency_table(f"{Path(model).name} on {fr.board} ({r.target or target or ''})", [(fr.board, r)])
+    lines = [_power_line(r)] + list(noise_lines(fr.board, r)) + [f"upload: {sent}"]
+    c.print(table)
+    for line in lines:
+        c.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def push_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx, .tflite, ...)."),
     board: Optional[List[str]] = typer.Option(
@@ -202,6 +225,8 @@ def push_cmd(
                                                                   "the run, restore them after; needs root or sudo."),
     power_mode: Optional[int] = typer.Option(None, "--power-mode", help="With --lock-clocks: nvpmodel mode id to run in."),
     report: Optional[str] = typer.Option(None, "--report", help="Write an HTML report (latency, power, telemetry)."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", min=0.1, max=600.0,
+                                          help="Seconds to wait for each board's SSH server (one retry)."),
 ) -> None:
     """Push a model to boards over SSH, benchmark it there with power, print one table per board
     (with --inventory: one row per board as they finish). Exit code 0 only if every board
@@ -213,8 +238,15 @@ def push_cmd(
     from ..remote.profiles import PRECISIONS
     from ..tensors import parse_input_shapes
     from . import EXIT_FAILED
-    from ._common import console, error_line, latency_table, noise_lines, parse_options, write_json
+    from ._common import check_output, console, error_line, parse_options, write_json
 
+    check_output(json_path, "--json")
+    check_output(report, "--report", stdout_ok=False)
+    import math
+
+    for value, opt in ((min_seconds, "--min-seconds"), (idle_seconds, "--idle-seconds")):
+        if not math.isfinite(value) or value > 86400:
+            raise InputError(f"bad {opt} {value}", "give a number of seconds from 0 to 86400")
     if precision is not None and precision not in PRECISIONS:
         raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
     if not Path(model).is_file():
@@ -234,31 +266,33 @@ def push_cmd(
     if inventory:
         stream = FleetStream(json_path, PUSH_COLUMNS, _push_row, _push_doc)
         try:
-            results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host, on_result=stream.add)
+            results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host, on_result=stream.add,
+                                connect_timeout_s=connect_timeout)
         finally:
             uploads.stop()
         stream.finish(results)
         return
     try:
-        results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host)
+        results = run_fleet(profiles, job, max_workers=jobs, trust_new_host=trust_new_host,
+                            connect_timeout_s=connect_timeout)
     finally:
         uploads.stop()
     out: List[Dict[str, Any]] = []
     c = console()
     for fr in results:
         if fr.ok:
-            r = fr.value
-            out.append(r.to_dict())
-            if json_path == "-":
-                continue
-            tr = r.transfer or {}
-            sent = "skipped (already on the board)" if tr.get("skipped") else \
-                f"{tr.get('bytes_sent', 0) / 1e6:.1f} MB in {tr.get('seconds', 0):.1f} s"
-            c.print(latency_table(f"{Path(model).name} on {fr.board} ({r.target or target or ''})", [(fr.board, r)]))
-            c.print(_power_line(r))
-            for line in noise_lines(fr.board, r):
-                c.print(line, markup=False, highlight=False, soft_wrap=True)
-            c.print(f"upload: {sent}")
+            try:
+                row = fr.value.to_dict()
+                if json_path != "-":
+                    _print_board(c, fr, model, target)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:   # an answer we cannot read
+                from ..errors import RemoteCommandError
+
+                fr.error = RemoteCommandError(f"the board's result cannot be read ({type(exc).__name__}: {exc})",
+                                              board=fr.board)
+                fr.value = None
+        if fr.ok:
+            out.append(row)
         else:
             out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})
             error_line(fr.error if fr.error is not None and str(fr.error).startswith(fr.board)

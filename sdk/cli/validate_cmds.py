@@ -52,8 +52,10 @@ def validate_cmd(
     any fails (NO-GO), 2 when the run could not be done."""
     from ..sources import parse_preprocess
     from ..validation import validate
-    from ._common import console
+    from ._common import check_output, console
 
+    for path, opt in ((report, "--report"), (junit, "--junit"), (json_path, "--json")):
+        check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
     boards: List[Any] = list(board or [])
     stream = None
     if inventory or hosts:   # board profiles of an Ansible inventory: a row (and a JSON line) per board as it ends
@@ -173,8 +175,10 @@ def robustness_cmd(
     from ..sources import parse_preprocess
     from ..validation import run_robustness
     from ..validation.run import _write_text
-    from ._common import console
+    from ._common import check_output, console
 
+    for path, opt in ((report, "--report"), (json_path, "--json")):
+        check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
     out = run_robustness(model, data, target=target, board=board, labels=labels, corruptions=corruptions,
                          severities=severities, seed=seed, limit=limit, spec=spec,
                          preprocess=parse_preprocess(preprocess))

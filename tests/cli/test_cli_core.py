@@ -36,6 +36,7 @@ def test_inspect_table(example_model):
 
 def test_bench_json_file(example_model, tmp_path):
     out = tmp_path / "r" / "res.json"
+    out.parent.mkdir()                   # sdk creates no folder the user did not ask for
     sdk("bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "20", "--warmup", "2",
         "--min-seconds", "0", "--threads", "1", "--json", out)
     res = json.loads(out.read_text())

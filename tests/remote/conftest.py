@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import pytest
 
@@ -29,13 +29,14 @@ def client_key(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def sshd_factory(tmp_path_factory, client_key):
-    """Start sshd servers: ``sshd_factory(allow_tcp_forwarding=True) -> Sshd``."""
+    """Start sshd servers: ``sshd_factory(extra=["AuthenticationMethods ..."]) -> Sshd``; ``extra``
+    lines come first in the config (sshd keeps the first value of a keyword)."""
     if SSHD is None:
         pytest.skip("needs the OpenSSH server (sshd): apt-get install openssh-server")
     os.makedirs("/run/sshd", exist_ok=True)   # privilege separation folder sshd insists on
     started: List[Sshd] = []
 
-    def start(authorized: Optional[Path] = None) -> Sshd:
+    def start(authorized: Optional[Path] = None, extra: Sequence[str] = ()) -> Sshd:
         d = tmp_path_factory.mktemp("sshd")
         host_key = keygen(d / "host_ed25519")
         auth = d / "authorized_keys"
@@ -43,7 +44,7 @@ def sshd_factory(tmp_path_factory, client_key):
         port = free_port()
         cfg = d / "sshd_config"
         cfg.write_text("\n".join([
-            f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {auth}",
+            *extra, f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"AuthorizedKeysFile {auth}",
             "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "UsePAM no", "StrictModes no", "PidFile none", "PermitRootLogin yes", "AllowTcpForwarding yes",
             "AllowAgentForwarding no", "X11Forwarding no", "PrintMotd no", "LogLevel ERROR", "MaxStartups 64:30:128",

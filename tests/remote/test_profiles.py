@@ -83,7 +83,7 @@ def test_profile_path_is_accepted(tmp_path):
 
 def test_runtime_target_tables_are_default_options(tmp_path):
     f = tmp_path / "nx.toml"
-    f.write_text('[runtime]\ntargets = ["tensorrt"]\n[runtime.tensorrt]\ndla_core = 1\nworkspace_mib = 512\n')
+    f.write_text('[connection]\nhost = "nx.lab"\n[runtime]\ntargets = ["tensorrt"]\n[runtime.tensorrt]\ndla_core = 1\nworkspace_mib = 512\n')
     rt = load_profile(f).runtime
     assert rt.options == {"tensorrt": {"dla_core": 1, "workspace_mib": 512}}
     assert rt.target_options("tensorrt", {"workspace_mib": 2048}) == {"dla_core": 1, "workspace_mib": 2048}

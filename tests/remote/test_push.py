@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import pytest
 
 from tests.remote.sshd import DropProxy, needs_sshd, trust
 from sdk.errors import BoardConnectionError, ModelNotFoundError, TransferError
 from sdk.remote.push import file_sha256, push_file
-from sdk.remote.ssh import SSHConnection, resolve_target
+from sdk.remote.ssh import SSHConnection, resolve_host
 from sdk.remote.transport import LocalTransport, SSHTransport
 
 
@@ -21,7 +22,7 @@ def blob(path, size, seed=0):
 
 
 def ssh_transport(port, retries=0):
-    return SSHTransport(SSHConnection(resolve_target("127.0.0.1", port=port), board="loop", retries=retries,
+    return SSHTransport(SSHConnection(resolve_host("127.0.0.1", port=port), board="loop", retries=retries,
                                       backoff_s=0.01, connect_timeout_s=5))
 
 
@@ -81,15 +82,15 @@ def test_cut_mid_transfer_leaves_nothing_corrupt_and_next_push_succeeds(client_h
                 push_file(tr, model, str(wd))
         assert str(exc.value).startswith("loop: connection lost while uploading big.onnx")
         assert not final.exists()                           # never a corrupt file under the final name
-        part = final.with_name(final.name + ".part")
-        assert part.stat().st_size < model.stat().st_size   # what the board wrote before the cut, if anything
+        parts = list(final.parent.glob(final.name + ".*.part"))   # this upload's own part name, if
+        assert len(parts) <= 1 and all(p.stat().st_size < model.stat().st_size for p in parts)  # any byte landed
     finally:
         proxy.close()
     with ssh_transport(sshd.port) as tr:
         again = push_file(tr, model, str(wd))
     # the next push resumes from what survived (all of it verified at the end) or redoes it
     assert again.bytes_sent == model.stat().st_size - again.resumed_from
-    assert hashlib.sha256(final.read_bytes()).hexdigest() == sha and not part.exists()
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == sha and not any(p.exists() for p in parts)
 
 
 @needs_sshd
@@ -100,10 +101,25 @@ def test_valid_partial_file_is_resumed(client_home, sshd, tmp_path, model_file):
     part = tmp_path / "wd" / "models" / f"{sha}.onnx.part"
     part.parent.mkdir(parents=True)
     part.write_bytes(model_file.read_bytes()[:1_234_567])   # what an earlier, cut push left
+    os.utime(part, (time.time() - 60, time.time() - 60))     # ... a minute ago (a fresh part may be live)
     with ssh_transport(sshd.port) as tr:
         pushed = push_file(tr, model_file, str(tmp_path / "wd"))
     assert pushed.resumed_from == 1_234_567 and pushed.bytes_sent == model_file.stat().st_size - 1_234_567
     assert hashlib.sha256((part.parent / f"{sha}.onnx").read_bytes()).hexdigest() == sha
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_a_fresh_part_of_another_push_is_left_alone(client_home, sshd, tmp_path, model_file):
+    trust(client_home, sshd)
+    sha = file_sha256(model_file)
+    live = tmp_path / "wd" / "models" / f"{sha}.onnx.0123456789abcdef.part"
+    live.parent.mkdir(parents=True)
+    live.write_bytes(model_file.read_bytes()[:1_000_000])   # another push, writing right now
+    with ssh_transport(sshd.port) as tr:
+        pushed = push_file(tr, model_file, str(tmp_path / "wd"))
+    assert pushed.resumed_from == 0 and live.stat().st_size == 1_000_000    # not taken over
+    assert hashlib.sha256((live.parent / f"{sha}.onnx").read_bytes()).hexdigest() == sha
 
 
 @needs_sshd
@@ -114,6 +130,7 @@ def test_bad_partial_file_is_redone_from_zero(client_home, sshd, tmp_path, model
     part = tmp_path / "wd" / "models" / f"{sha}.onnx.part"
     part.parent.mkdir(parents=True)
     part.write_bytes(b"garbage" * 1000)                     # a prefix that is not the model's
+    os.utime(part, (time.time() - 60, time.time() - 60))
     with ssh_transport(sshd.port) as tr:
         pushed = push_file(tr, model_file, str(tmp_path / "wd"))
     size = model_file.stat().st_size

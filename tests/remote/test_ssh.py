@@ -8,7 +8,7 @@ import pytest
 
 from tests.remote.sshd import DropProxy, free_port, keygen, needs_sshd, trust
 from sdk.errors import AuthenticationError, BoardConnectionError, ConfigError, HostKeyError, RemoteCommandError
-from sdk.remote.ssh import SSHConnection, resolve_target
+from sdk.remote.ssh import SSHConnection, resolve_host
 from sdk.remote.transport import SSHTransport
 
 pytestmark = [needs_sshd, pytest.mark.ssh]
@@ -16,7 +16,7 @@ pytestmark = [needs_sshd, pytest.mark.ssh]
 
 def connect(port, **kw):
     kw.setdefault("retries", 0)
-    return SSHConnection(resolve_target("127.0.0.1", port=port), board="loop", **kw)
+    return SSHConnection(resolve_host("127.0.0.1", port=port), board="loop", **kw)
 
 
 def test_run_drains_both_streams_and_returns_status(client_home, sshd):
@@ -52,12 +52,12 @@ def test_unknown_host_key_is_refused_then_trusted_on_first_use(client_home, sshd
 
 def test_profile_known_hosts_file_is_used_and_recorded(client_home, sshd, tmp_path):
     kh = tmp_path / "lab_known_hosts"
-    target = resolve_target("127.0.0.1", port=sshd.port, known_hosts=str(kh))
+    target = resolve_host("127.0.0.1", port=sshd.port, known_hosts=str(kh))
     with SSHConnection(target, trust_new_host=True, retries=0) as conn:
         assert conn.run("true").ok
     assert kh.read_text().startswith(f"[127.0.0.1]:{sshd.port} ")
     assert not (client_home / ".ssh" / "known_hosts").exists()
-    with SSHConnection(resolve_target("127.0.0.1", port=sshd.port, known_hosts=str(kh)), retries=0) as conn:
+    with SSHConnection(resolve_host("127.0.0.1", port=sshd.port, known_hosts=str(kh)), retries=0) as conn:
         assert conn.run("true").ok
 
 
@@ -78,7 +78,7 @@ def test_ssh_config_alias_is_applied(client_home, sshd, tmp_path):
     (client_home / ".ssh" / "config").write_text(
         f"Host nx-lab\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {os.environ.get('USER') or 'root'}\n"
         f"  IdentityFile {key}\n")
-    target = resolve_target("nx-lab")
+    target = resolve_host("nx-lab")
     assert (target.hostname, target.port, target.identity_files) == ("127.0.0.1", sshd.port, [str(key)])
     with SSHConnection(target, retries=0) as conn:
         assert conn.run("echo via-alias").text().strip() == "via-alias"
@@ -94,13 +94,13 @@ def test_jump_host_through_direct_tcpip(client_home, sshd, sshd_factory):
             f"Host bastion\n  HostName 127.0.0.1\n  Port {counter.port}\n"
             f"Host behind\n  HostName 127.0.0.1\n  Port {sshd.port}\n  ProxyJump bastion\n")
         trust(client_home, jump, port=counter.port)     # the jump is seen on the proxy's port
-        target = resolve_target("behind")
+        target = resolve_host("behind")
         assert target.jump is not None and target.jump.port == counter.port
         with SSHConnection(target, retries=0) as conn:
             assert conn.run("echo behind").text().strip() == "behind"
         assert counter.connections == 1
         # the profile's jump key works the same (user@host:port form)
-        target = resolve_target("127.0.0.1", port=sshd.port, jump=f"127.0.0.1:{counter.port}")
+        target = resolve_host("127.0.0.1", port=sshd.port, jump=f"127.0.0.1:{counter.port}")
         with SSHConnection(target, retries=0) as conn:
             assert conn.run("true").ok
         assert counter.connections == 2
@@ -113,19 +113,19 @@ def test_refused_auth_is_one_clear_error(client_home, sshd, tmp_path):
     stranger = keygen(tmp_path / "stranger")
     for f in ("id_ed25519", "id_ed25519.pub"):
         os.remove(client_home / ".ssh" / f)
-    target = resolve_target("127.0.0.1", port=sshd.port, identity_file=str(stranger))
+    target = resolve_host("127.0.0.1", port=sshd.port, identity_file=str(stranger))
     with pytest.raises(AuthenticationError) as exc:
         SSHConnection(target, board="loop", retries=3, backoff_s=5).connect()   # never retried: fast
     assert str(exc.value).startswith("loop: authentication as")
     with pytest.raises(ConfigError, match="does not exist"):
-        resolve_target("127.0.0.1", identity_file=str(tmp_path / "nope"))
+        resolve_host("127.0.0.1", identity_file=str(tmp_path / "nope"))
 
 
 def test_unreachable_hosts_are_clear_errors(client_home):
     with pytest.raises(BoardConnectionError, match=r"loop: connection refused by 127\.0\.0\.1:\d+"):
         connect(free_port()).connect()
     with pytest.raises(BoardConnectionError, match="cannot resolve host name"):
-        SSHConnection(resolve_target("no-such-board.invalid"), board="loop", retries=0).connect()
+        SSHConnection(resolve_host("no-such-board.invalid"), board="loop", retries=0).connect()
 
 
 def test_transient_failures_are_retried_with_backoff(client_home, sshd):
@@ -156,7 +156,7 @@ def test_host_key_alias_is_the_name_looked_up_and_recorded(client_home, sshd, tm
     kh = client_home / ".ssh" / "known_hosts"
     (client_home / ".ssh" / "config").write_text(
         f"Host nx\n  HostName 127.0.0.1\n  Port {sshd.port}\n  HostKeyAlias lab-nx\n")
-    target = resolve_target("nx")
+    target = resolve_host("nx")
     assert target.known_hosts_name == "lab-nx"
     trust(client_home, sshd)                      # known as [127.0.0.1]:port only: not the alias
     with pytest.raises(HostKeyError, match="unknown host key for lab-nx"):
@@ -166,13 +166,13 @@ def test_host_key_alias_is_the_name_looked_up_and_recorded(client_home, sshd, tm
     kind, b64 = sshd.host_key_pub
     assert kh.read_text().splitlines()[-1] == f"lab-nx {kind} {b64}"      # bare alias, no port
     kh.write_text(f"lab-nx {kind} {b64}\n")        # the alias alone is enough now
-    with SSHConnection(resolve_target("nx"), retries=0) as conn:
+    with SSHConnection(resolve_host("nx"), retries=0) as conn:
         assert conn.run("true").ok
     other = keygen(tmp_path / "other_host_key")
     o_kind, o_b64 = other.with_suffix(".pub").read_text().split()[:2]
     kh.write_text(sshd.known_hosts_line() + f"lab-nx {o_kind} {o_b64}\n")  # the alias's key differs
     with pytest.raises(HostKeyError) as exc:
-        SSHConnection(resolve_target("nx"), retries=0).connect()
+        SSHConnection(resolve_host("nx"), retries=0).connect()
     assert "CHANGED" in str(exc.value) and "ssh-keygen -R 'lab-nx'" in str(exc.value)
 
 
@@ -185,24 +185,24 @@ def test_user_known_hosts_files_replace_the_default(client_home, sshd, tmp_path)
         f"  UserKnownHostsFile ~/.ssh/kh_first \"{lab}/kh_second\"\n"
         f"Host nx-none\n  HostName 127.0.0.1\n  Port {sshd.port}\n  UserKnownHostsFile none\n"
         f"  GlobalKnownHostsFile %d/global_kh\n")
-    target = resolve_target("nx")
+    target = resolve_host("nx")
     assert target.user_known_hosts_files == [str(client_home / ".ssh" / "kh_first"), str(lab / "kh_second")]
     with pytest.raises(HostKeyError, match="unknown host key"):
         SSHConnection(target, retries=0).connect()
     (lab / "kh_second").write_text(sshd.known_hosts_line())      # any of the listed files will do
-    with SSHConnection(resolve_target("nx"), retries=0) as conn:
+    with SSHConnection(resolve_host("nx"), retries=0) as conn:
         assert conn.run("true").ok
     (lab / "kh_second").unlink()
-    with SSHConnection(resolve_target("nx"), trust_new_host=True, retries=0) as conn:
+    with SSHConnection(resolve_host("nx"), trust_new_host=True, retries=0) as conn:
         assert conn.run("true").ok
     assert (client_home / ".ssh" / "kh_first").read_text() == sshd.known_hosts_line()   # recorded in the first
     # "none": no user file at all; the global one (token %d = home) still counts
     with pytest.raises(HostKeyError, match="unknown host key"):
-        SSHConnection(resolve_target("nx-none"), retries=0).connect()
+        SSHConnection(resolve_host("nx-none"), retries=0).connect()
     before = {f.name: f.read_bytes() for f in (client_home / ".ssh").iterdir()}
-    with SSHConnection(resolve_target("nx-none"), trust_new_host=True, retries=0) as conn:
+    with SSHConnection(resolve_host("nx-none"), trust_new_host=True, retries=0) as conn:
         assert conn.run("true").ok                 # trusted for this connection, recorded nowhere
     assert {f.name: f.read_bytes() for f in (client_home / ".ssh").iterdir()} == before
     (client_home / "global_kh").write_text(sshd.known_hosts_line())
-    with SSHConnection(resolve_target("nx-none"), retries=0) as conn:
+    with SSHConnection(resolve_host("nx-none"), retries=0) as conn:
         assert conn.run("true").ok

@@ -18,7 +18,7 @@ import pytest
 
 from tests.remote.sshd import needs_sshd, trust
 from sdk.errors import RemoteCommandError
-from sdk.remote.ssh import SSHConnection, _kill_group_script, resolve_target
+from sdk.remote.ssh import SSHConnection, _kill_group_script, resolve_host
 from sdk.remote.transport import LocalTransport
 
 
@@ -84,7 +84,7 @@ def wait_started(tmp_path: Path, tag: str) -> None:
 @pytest.mark.ssh
 def test_ssh_timeout_stops_the_command_on_the_board(client_home, sshd, tmp_path, tag):
     trust(client_home, sshd)
-    with SSHConnection(resolve_target("127.0.0.1", port=sshd.port), board="loop", retries=0) as conn:
+    with SSHConnection(resolve_host("127.0.0.1", port=sshd.port), board="loop", retries=0) as conn:
         r = conn.run("echo out; echo err >&2; exit 3", timeout_s=30)
         assert (r.returncode, r.stdout, r.stderr) == (3, b"out\n", b"err\n")   # the PID report is stripped
         with pytest.raises(RemoteCommandError) as exc:
@@ -99,7 +99,7 @@ def test_ssh_timeout_stops_the_command_on_the_board(client_home, sshd, tmp_path,
 @pytest.mark.ssh
 def test_ssh_interrupt_stops_the_command_on_the_board(client_home, sshd, tmp_path, tag):
     trust(client_home, sshd)
-    with SSHConnection(resolve_target("127.0.0.1", port=sshd.port), board="loop", retries=0) as conn:
+    with SSHConnection(resolve_host("127.0.0.1", port=sshd.port), board="loop", retries=0) as conn:
         started = threading.Event()
 
         def interrupt() -> None:       # Ctrl-C once the command runs on the board
