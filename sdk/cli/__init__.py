@@ -77,7 +77,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = _run(argv, debug)
     except KeyboardInterrupt:
         _stop_boards()
-        _common.err_console().print("interrupted")
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
         code = 130
     finally:
         _restore_sigint(previous)
@@ -101,6 +102,8 @@ def _run(argv: List[str], debug: bool) -> int:
     try:
         app = build_app()
         rv = app(args=argv, prog_name="sdk", standalone_mode=False)
+        if rv == 130:                  # typer turns KeyboardInterrupt into Exit(130)
+            raise KeyboardInterrupt
         return rv if isinstance(rv, int) else 0
     except EdgeSDKError as exc:
         if debug:
