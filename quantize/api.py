@@ -20,6 +20,7 @@ import json
 import os
 import time
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -94,6 +95,7 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
     names = plan["tensors"]
     key = hashlib.sha256((model.sha256 + "\0" + "\0".join(names)).encode()).hexdigest()
     fp = source.fingerprint() if hasattr(source, "fingerprint") else None
+    notes: List[str] = []
     candidates: List[Path] = []
     if stats_path is not None:
         candidates.append(Path(stats_path))
@@ -104,12 +106,14 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
         if c.exists():
             try:
                 st = CalibrationStats.load(c)
-            except (OSError, ValueError, KeyError) as exc:
-                warnings.warn(f"ignoring unreadable calibration statistics '{c}': {exc}", stacklevel=2)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:   # corrupt: recalibrate
+                notes.append(f"ignored unreadable calibration statistics '{c}' ({exc}); calibrated again "
+                             "and replaced them")
+                warnings.warn(notes[-1], stacklevel=2)
                 continue
             same_data = fp is None or st.meta.get("data_fingerprint") in (None, fp)
             if st.model_sha256 == model.sha256 and set(names) <= set(st.names) and same_data:
-                return st, {"reused": str(c), "time_s": 0.0}
+                return st, {"reused": str(c), "time_s": 0.0, "warnings": notes}
     total = source.length() if hasattr(source, "length") else None
     t0 = time.perf_counter()
     from .executors import get_executor
@@ -121,12 +125,30 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
                    plan=plan, executor=ex)
     elapsed = time.perf_counter() - t0
     st.meta.update({"data_fingerprint": fp, "time_s": elapsed})
-    for c in ([Path(stats_path)] if stats_path is not None else []) + ([cache_file] if cache_file else []):
+    if stats_path is not None:        # asked for: a failure to save is an error, not a warning
         try:
-            st.save(c)
+            st.save(Path(stats_path))
         except OSError as exc:
-            warnings.warn(f"could not save calibration statistics to '{c}': {exc}", stacklevel=2)
-    return st, {"reused": None, "time_s": elapsed}
+            raise InputError(f"could not save the calibration statistics to '{stats_path}': "
+                             f"{exc.strerror or exc}", "give a writable --stats path") from exc
+    if cache_file is not None:
+        try:
+            st.save(cache_file)
+        except OSError as exc:
+            warnings.warn(f"could not save calibration statistics to '{cache_file}': {exc}", stacklevel=2)
+    return st, {"reused": None, "time_s": elapsed, "warnings": notes}
+
+
+def _constant_input_warnings(stats: CalibrationStats, inputs: Iterable[Any]) -> List[str]:
+    """A warning per model input whose calibration values were all one value (all zeros: an
+    unset buffer, a failed decode, a wrong normalisation): ranges from such data are meaningless."""
+    out = []
+    for spec in inputs:
+        t = stats.tensors.get(spec.name)
+        if t is not None and t.seen and t.min == t.max:
+            out.append(f"calibration input '{spec.name}' is constant ({t.min:g}) in all {stats.samples} samples: the "
+                       "INT8 ranges will not fit real data; check the calibration data and its preprocessing")
+    return out
 
 
 def _ranges(stats: CalibrationStats, method: str, params: Mapping[str, Any], symmetric: bool,
@@ -234,6 +256,7 @@ def quantize(
                                           workers=workers, batch_size=batch_size, progress=progress,
                                           executor=executor)
     source_warnings = list(getattr(source, "warnings", []))
+    source_warnings += list(calib_info.get("warnings", [])) + _constant_input_warnings(stats, prepared.inputs)
     for w in source_warnings[:5]:
         warnings.warn(w, stacklevel=2)
 

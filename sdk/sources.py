@@ -114,14 +114,14 @@ class ImageFolderSource(Source):
             input_name = self.specs[0].name
         self.input_name = input_name
         self.files = _image_files(self.folder)
-        if limit is not None:
-            self.files = self.files[:limit]
+        self.limit = limit          # counts decoded images: undecodable files do not use it up
 
     def __len__(self) -> int:
-        return len(self.files)
+        return len(self.files) if self.limit is None else min(self.limit, len(self.files))
 
     def fingerprint(self) -> Optional[str]:
         h = hashlib.sha256(repr(sorted(self.spec.to_dict().items())).encode())
+        h.update(f"limit={self.limit}\n".encode())
         for f in self.files:
             st = f.stat()
             h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -135,6 +135,8 @@ class ImageFolderSource(Source):
         self.warnings = []
         used = 0
         for f in self.files:
+            if self.limit is not None and used >= self.limit:
+                break
             img = None
             try:
                 img = cv2.imdecode(np.fromfile(str(f), dtype=np.uint8), cv2.IMREAD_COLOR)
@@ -287,6 +289,9 @@ class ArraySource(Source):
             self.files = [self.path]
         self._label_key = label_key
         self._plans = [self._plan(f) for f in self.files]
+        if sum(len(next(iter(rows.values()))) for rows, _ in self._plans) == 0:
+            raise InputError(f"data '{self.path}' holds no samples (its arrays have 0 rows)",
+                             "give at least one sample")
 
     def _plan(self, f: Path) -> Tuple[Dict[str, _NpyRows], Optional[_NpyRows]]:
         names = [s.name for s in self.specs]
@@ -501,18 +506,26 @@ def parse_preprocess(items: Optional[Sequence[str]]) -> Any:
             continue
         key, _, value = item.partition("=")
         key, value = key.strip(), value.strip()
-        if key in ("size",):
-            parts = [v for v in value.replace("x", ",").split(",") if v]
-            data[key] = [int(v) for v in parts] if len(parts) == 2 else parts
-        elif key in ("mean", "std"):
-            data[key] = [float(v) for v in value.split(",") if v]
-        elif key == "pad_value":
-            data[key] = int(value)
-        else:
-            data[key] = value
+        try:
+            data[key] = _preprocess_value(key, value)
+        except ValueError as exc:
+            raise ConfigError(f"bad --preprocess '{item}': {exc}",
+                              "e.g. size=224x224 mean=123.7,116.3,103.5 std=58.4,57.1,57.4 pad_value=114") from exc
     if "size" in data and (not isinstance(data["size"], (list, tuple)) or len(data["size"]) != 2):
         raise ConfigError(f"preprocess size {data['size']} is not valid", "write size=HxW, e.g. size=224x224")
     return PreprocessSpec.from_dict(data)
+
+
+def _preprocess_value(key: str, value: str) -> Any:
+    """One ``key=value`` of --preprocess, typed (ValueError on a bad number)."""
+    if key == "size":
+        parts = [v for v in value.replace("x", ",").split(",") if v]
+        return [int(v) for v in parts] if len(parts) == 2 else parts
+    if key in ("mean", "std"):
+        return [float(v) for v in value.split(",") if v]
+    if key == "pad_value":
+        return int(value)
+    return value
 
 
 def _read_toml(p: Path) -> Dict[str, Any]:

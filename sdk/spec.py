@@ -139,7 +139,11 @@ def load_spec(path: Union[str, Path]) -> ValidationSpec:
     p = Path(path)
     if not p.is_file():
         raise InputError(f"spec file '{p}' does not exist")
-    return parse_spec(_toml_loads(p.read_text(encoding="utf-8"), f"spec '{p}'"), source=str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read spec file '{p}': {exc}", "a spec is a UTF-8 TOML file") from exc
+    return parse_spec(_toml_loads(text, f"spec '{p}'"), source=str(p))
 
 
 def _allowed(keys: Iterable[str]) -> str:

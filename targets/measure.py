@@ -32,8 +32,8 @@ def _feeds_for(session: Session, shapes: Optional[Mapping[str, Sequence[int]]], 
         feeds = [dict(data)]
     else:
         feeds = list(itertools.islice(iter(data), 0, 64))
-    if not feeds:
-        raise InputError("the input data holds no samples")
+    if not feeds or any(getattr(a, "size", 1) == 0 for f in feeds for a in f.values()):
+        raise InputError("the input data holds no samples (an empty array)", "give at least one sample")
     for i, f in enumerate(feeds):
         check_feed(f, session.inputs, source=f"input sample {i}")
     return feeds

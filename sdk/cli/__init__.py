@@ -112,6 +112,11 @@ def _run(argv: List[str], debug: bool) -> int:
         return EXIT_ERROR
     except (KeyboardInterrupt, SystemExit):
         raise
+    except MemoryError as exc:        # e.g. an input shape far larger than this machine
+        if debug:
+            raise
+        _common.error_line(Exception(f"not enough memory: {exc}; check the input shapes and batch sizes"))
+        return EXIT_ERROR
     except Exception as exc:
         kind = _kind(exc)
         if kind == "Abort":            # click turns KeyboardInterrupt/EOF into Abort

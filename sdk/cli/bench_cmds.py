@@ -52,6 +52,8 @@ def bench_cmd(
         raise InputError("--max-ci-width needs --early-stop PERCENTILE")
 
     check_output(json_path, "--json")          # before any work: no late failure, no folder created
+    if not min_seconds <= 86400:               # also NaN and inf: a run that would never end
+        raise InputError(f"bad --min-seconds {min_seconds}", "give a number of seconds from 0 to 86400")
     profiles = parse_shape_profiles(input_shape or [])
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     opts = parse_options(option)

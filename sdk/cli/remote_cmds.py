@@ -202,6 +202,37 @@ def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
         c.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
+MAX_INPUT_BYTES = 16 * 1024 ** 3    # one input tensor larger than this is a typo, not a model input
+
+
+def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str], profiles: List[Any]) -> None:
+    """What the boards would refuse, found here first: a file that is no model, an unknown target
+    or one that cannot open this format, input shapes that do not fit the model (names, rank,
+    fixed dims, a dynamic dim without a value) or that no board could hold."""
+    import numpy as np
+
+    from ..errors import InputError
+    from ..model import Model
+    from ..targets import target_class
+    from ..tensors import check_input_names
+
+    m = Model.load(model)
+    for prof in profiles:
+        name = target or (prof.runtime.targets[0] if prof.runtime.targets else "onnxruntime")
+        cls = target_class(name)
+        formats = getattr(cls, "model_formats", (m.format,))
+        if m.format not in formats:
+            raise InputError(f"target '{name}' (board {prof.name}) runs {'/'.join(formats)} models, not {m.format}",
+                             "pick a target with --target (see `sdk targets`)")
+    check_input_names(shapes, m.inputs)
+    for spec in m.inputs:
+        shape = spec.resolve(shapes.get(spec.name))
+        itemsize = np.dtype(getattr(spec, "dtype", "float32") or "float32").itemsize
+        if any(d <= 0 for d in shape) or int(np.prod(shape, dtype=object)) * itemsize > MAX_INPUT_BYTES:
+            raise InputError(f"input '{spec.name}' of shape {'x'.join(map(str, shape))} is empty or larger than "
+                             f"{MAX_INPUT_BYTES // 1024 ** 3} GiB", "give the shape of one batch, e.g. 1x3x224x224")
+
+
 def push_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx, .tflite, ...)."),
     board: Optional[List[str]] = typer.Option(
@@ -254,6 +285,7 @@ def push_cmd(
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
+    _precheck(model, shapes, target, profiles)          # bad input is exit 2, before any board work
     uploads = _Uploads()
 
     def job(b: Any) -> Any:

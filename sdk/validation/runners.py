@@ -180,7 +180,11 @@ def open_runner(board: Union[str, Runner]) -> Runner:
     if not isinstance(board, str):
         return board
     if board.startswith("host:"):
-        return HostRunner(board.split(":", 1)[1] or "onnxruntime", name=board)
+        from ..targets import target_class
+
+        target = board.split(":", 1)[1] or "onnxruntime"
+        target_class(target)            # an unknown target is a usage error (exit 2), not a NO-GO
+        return HostRunner(target, name=board)
     from ..remote.board import Board
 
     return Board(board)

@@ -20,18 +20,31 @@ def session_options(ort: Any, options: Dict[str, Any], optimized_path: Optional[
     if enum is None:  # older builds lack ORT_ENABLE_LAYOUT
         enum = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.graph_optimization_level = enum
-    threads = options.get("threads")
+    threads = _count(options, "threads")
     if threads:
-        if int(threads) < 1:
-            raise InputError("threads must be >= 1")
-        so.intra_op_num_threads = int(threads)
-    if options.get("inter_threads"):
-        so.inter_op_num_threads = int(options["inter_threads"])
+        so.intra_op_num_threads = threads
+    inter = _count(options, "inter_threads")
+    if inter:
+        so.inter_op_num_threads = inter
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     so.log_severity_level = 3
     if optimized_path is not None:
         so.optimized_model_filepath = str(optimized_path)
     return so
+
+
+def _count(options: Dict[str, Any], key: str) -> int:
+    """A thread count option: a whole number >= 1 (0 or unset: the runtime's default)."""
+    value = options.get(key)
+    if value in (None, 0, "0", ""):
+        return 0
+    try:
+        n = int(value)
+        if isinstance(value, bool) or n != float(value) or n < 1:
+            raise ValueError
+    except (TypeError, ValueError):
+        raise InputError(f"bad option {key}={value!r}", f"{key} is a whole number >= 1") from None
+    return n
 
 
 def provider_options(providers, options: Dict[str, Any]):

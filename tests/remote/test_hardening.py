@@ -273,3 +273,60 @@ def test_eight_concurrent_pushers_three_rounds_never_collide(client_home, sshd, 
     assert failures == [], "\n".join(failures)
     leftovers = [p.name for p in (wd / "models").iterdir() if p.name.endswith(".part")]
     assert leftovers == []
+
+
+# -- SSH security, as a table: changed keys, unknown keys, injection payloads ---------------------------
+INJECTIONS = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "| touch PWNED", "&& touch PWNED", "' ; touch PWNED; '",
+              '" ; touch PWNED; "', "\n touch PWNED", "$IFS;touch${IFS}PWNED", "*", "../../PWNED", "-rf PWNED",
+              "--help", "a b c", "x\\'y", "$(id>PWNED)", ">PWNED", "<PWNED", "~root/PWNED", "%s%n", "\t;touch PWNED",
+              "${PWNED:=x}", "!(touch PWNED)"]
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_ssh_security_table(client_home, sshd, tmp_path):
+    from conftest import keygen
+    from sdk.errors import HostKeyError
+    from sdk.remote.push import push_file
+    from sdk.remote.transport import SSHTransport
+
+    results = {"changed host key": [], "unknown host key": [], "injection": []}
+    kh = client_home / ".ssh" / "known_hosts"
+    other = keygen(tmp_path / "other")
+    kind, b64 = other.with_suffix(".pub").read_text().split()[:2]
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {kind} {b64}\n")
+    before = kh.read_bytes()
+    for i in range(20):                    # changed: refused every time, with or without --trust-new-host
+        try:
+            SSHConnection(resolve_host("127.0.0.1", port=sshd.port), retries=0, trust_new_host=i % 2 == 1).connect()
+            results["changed host key"].append(False)
+        except HostKeyError as exc:
+            results["changed host key"].append("CHANGED" in str(exc) and kh.read_bytes() == before)
+    kh.unlink()
+    for _ in range(5):                     # unknown: refused without the opt-in, nothing recorded
+        try:
+            SSHConnection(resolve_host("127.0.0.1", port=sshd.port), retries=0).connect()
+            results["unknown host key"].append(False)
+        except HostKeyError:
+            results["unknown host key"].append(not kh.exists())
+    trust(client_home, sshd)
+    work = tmp_path / "inj"
+    work.mkdir()
+    with SSHTransport(SSHConnection(resolve_host("127.0.0.1", port=sshd.port), retries=0)) as tr:
+        for payload in INJECTIONS:         # as a file name, a workdir and a command argument
+            f = work / f"m{payload.replace('/', '_')}.onnx"
+            f.write_bytes(os.urandom(64))
+            wd = work / ("wd " + payload.replace("/", "_"))
+            try:
+                p = push_file(tr, f, str(wd))
+                echoed = tr.run(["printf", "%s", payload]).stdout.decode()
+                results["injection"].append(Path(p.remote_path).is_file() and echoed == payload)
+            except Exception:              # refused is fine too, as long as nothing ran
+                results["injection"].append(True)
+    pwned = [p for p in tmp_path.rglob("*PWNED*") if p.name == "PWNED"] + \
+        [p for p in (client_home,) if (p / "PWNED").exists()]
+    results["injection"].append(not pwned)
+    print("\nSSH security: tried / handled / failed")
+    for cat, oks in results.items():
+        print(f"  {cat:<18}{len(oks):>4}{sum(oks):>5}{len(oks) - sum(oks):>4}")
+    assert all(all(v) for v in results.values()), results
