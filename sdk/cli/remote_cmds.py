@@ -327,8 +327,8 @@ def push_cmd(
             out.append(row)
         else:
             out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})
-            error_line(fr.error if fr.error is not None and str(fr.error).startswith(fr.board)
-                       else Exception(f"{fr.board}: {fr.error}"))
+            err = fr.error if fr.error is not None else Exception("failed")
+            error_line(err if str(err).startswith(fr.board) else Exception(f"{fr.board}: {err}"))
     if json_path:
         write_json(json_path, out)
     if report:

@@ -74,6 +74,9 @@ class OnnxFormat(ModelFormat):
             ) from exc
         except OSError as exc:
             raise ModelFormatError(f"cannot read {where}: {exc}") from exc
+        except onnx.checker.ValidationError as exc:     # external data missing, or outside the model's folder
+            raise ModelFormatError(f"{where}: its external data cannot be loaded: {str(exc).splitlines()[0]}",
+                                   "keep the data files next to the model, inside its folder") from exc
         if proto.ir_version == 0 or (not proto.graph.node and not proto.graph.output):
             raise ModelFormatError(
                 f"{where} is not an ONNX model (no IR version or empty graph); the file may be truncated"

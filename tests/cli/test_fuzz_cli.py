@@ -82,9 +82,28 @@ def _scratch(root: Path) -> Dict[str, str]:
     (boards / "nohost.toml").write_text('name = "nohost"\n[connection]\nuser = "x"\n')
     (boards / "refused.toml").write_text('name = "refused"\n[connection]\nhost = "127.0.0.1"\nport = 1\n')
     f["boards"] = str(boards)
+    for name, location in (("ext_missing", "weights.bin"), ("ext_escape", "../../../../etc/passwd")):
+        f[name] = _external_data_model(d / f"{name}.onnx", location)
     f["missing"] = str(root / "nope" / "missing.onnx")
     f["missing_dir"] = str(root / "no" / "such" / "folder")
     return f
+
+
+def _external_data_model(path: Path, location: str) -> str:
+    """An ONNX model whose weight lives in an external file that is missing or outside its folder."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    entry = w.external_data.add()
+    entry.key, entry.value = "location", location
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return str(path)
 
 
 def _bad_outputs(f: Dict[str, str], name: str) -> List[str]:
@@ -128,7 +147,7 @@ def _cases(f: Dict[str, str]) -> List[Case]:
         add(Case("quantizer input", ("quantize", m, "--calib", f["data"], "-o", "q.onnx", *SHAPE, opt, v),
                  outputs=("q.onnx",)))
     # -- model files -------------------------------------------------------------------------------
-    for key in ("missing", "dir", "empty", "garbage", "text", "tflite"):
+    for key in ("missing", "dir", "empty", "garbage", "text", "tflite", "ext_missing", "ext_escape"):
         p = f[key]
         add(Case("bad CLI input", ("inspect", p)))
         add(Case("bad CLI input", ("bench", p, *SHAPE, "--runs", "1", "--min-seconds", "0")))
@@ -194,6 +213,9 @@ def _cases(f: Dict[str, str]) -> List[Case]:
             args = ["quantize", m, "--calib", f["data"], *SHAPE]
             args += ["-o", "q.onnx", opt, out] if opt != "-o" else ["-o", out]
             add(Case("quantizer input", tuple(args), outputs=("q.onnx",)))
+    for out in ("/proc/s.npz", f"{f['missing_dir']}/s.npz", f["dir"]):   # unwritable --stats, with --no-cache too
+        add(Case("quantizer input", ("quantize", m, "--calib", f["data"], *SHAPE, "-o", "q.onnx", "--no-cache",
+                                     "--stats", out), outputs=("q.onnx",)))
     return cases
 
 
