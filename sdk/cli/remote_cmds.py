@@ -328,7 +328,8 @@ def push_cmd(
         else:
             out.append({"board": {"name": fr.board}, "error": {"type": type(fr.error).__name__, "message": str(fr.error)}})
             err = fr.error if fr.error is not None else Exception("failed")
-            error_line(err if str(err).startswith(fr.board) else Exception(f"{fr.board}: {err}"))
+            named = str(err).startswith((fr.board, f"board '{fr.board}'"))
+            error_line(err if named else Exception(f"{fr.board}: {err}"))
     if json_path:
         write_json(json_path, out)
     if report:

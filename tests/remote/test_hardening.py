@@ -160,9 +160,9 @@ def test_a_malformed_agent_result_fails_only_that_board(tmp_path, monkeypatch, e
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "KeyError" not in proc.stderr
     errs = error_lines(proc.stderr)
-    assert len(errs) == 1 and errs[0].startswith("error: bad: the agent's 'bench' answer cannot be read"), proc.stderr
+    assert len(errs) == 1 and errs[0].startswith("error: board 'bad': malformed bench result: latency_ms"), proc.stderr
     data = json.loads(fleet.read_text())
-    assert data[0]["error"]["type"] == "RemoteCommandError" and data[1]["latency_ms"]["count"] >= 20
+    assert data[0]["error"]["type"] == "ResultFormatError" and data[1]["latency_ms"]["count"] >= 20
 
 
 def test_a_board_process_killed_by_a_signal_says_which(tmp_path, monkeypatch):
