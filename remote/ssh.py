@@ -41,6 +41,7 @@ import secrets
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ WINDOW_BYTES = 16 * 1024 * 1024       # SSH channel window for uploads (paramiko
 MAX_JUMPS = 8
 FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 KILL_GRACE_S = 2.0                    # between TERM and KILL when a command is stopped on the board
+CANCEL_GRACE_S = 1.0                  # the same after Ctrl-C: the user waits for it (all done within 3 s)
 PGID_WAIT_S = 2.0                     # how long a stopped command's PID report is awaited
 DEFAULT_RETRIES = 1                   # retries per board, connects and operations together
 DEFAULT_BACKOFF_S = 0.5
@@ -759,12 +761,12 @@ class SSHConnection:
         finally:
             try:
                 if not finished:
-                    self._stop_on_board(chan, err, token)
+                    self._stop_on_board(chan, err, token, interrupted=sys.exc_info()[0] is KeyboardInterrupt)
             finally:
                 chan.close()
         return int(rc)
 
-    def _stop_on_board(self, chan: Any, err: List[bytes], token: str) -> bool:
+    def _stop_on_board(self, chan: Any, err: List[bytes], token: str, interrupted: bool = False) -> bool:
         """Stop an unfinished command's process group on the board: TERM, then KILL after
         ``KILL_GRACE_S``, over a second channel. Best effort (a dropped link cannot carry it);
         returns True when the kill script ran."""
@@ -786,9 +788,10 @@ class SSHConnection:
                 return False
             killer = transport.open_session(timeout=self.connect_timeout_s)
             try:
-                killer.exec_command(_kill_group_script(pid))
+                grace = CANCEL_GRACE_S if cancelled() or interrupted else KILL_GRACE_S
+                killer.exec_command(_kill_group_script(pid, grace))
                 killer.shutdown_write()
-                killer.status_event.wait(KILL_GRACE_S + self.connect_timeout_s)
+                killer.status_event.wait(grace + self.connect_timeout_s)
             finally:
                 killer.close()
             return True

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from ..errors import BoardConnectionError, RemoteCommandError, TransferError
 from .cancel import cancelled, check_cancelled, in_flight
-from .ssh import DEFAULT_COMMAND_TIMEOUT_S, KILL_GRACE_S, CommandResult, SSHConnection
+from .ssh import CANCEL_GRACE_S, DEFAULT_COMMAND_TIMEOUT_S, KILL_GRACE_S, CommandResult, SSHConnection
 
 __all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult",
            "stop_process_group"]
@@ -171,7 +171,7 @@ class LocalTransport(Transport):
                 raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
                                          "raise the timeout, or check what hangs", board=self.board) from exc
             except BaseException:     # interrupted (KeyboardInterrupt, cancel_all): leave nothing running
-                stop_process_group(proc)
+                stop_process_group(proc, CANCEL_GRACE_S)
                 raise
         return CommandResult(command, proc.returncode, out, err, time.monotonic() - start)
 

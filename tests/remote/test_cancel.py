@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs_sshd, trust
+from tests.remote.sshd import needs_sshd, trust
 
 STOP_WITHIN_S = 3.0
 

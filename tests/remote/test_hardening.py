@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_sshd, trust
+from tests.remote.sshd import needs_sshd, trust
 from sdk.errors import AuthenticationError, BoardConnectionError, ConfigError, RemoteCommandError, UnknownBoardError
 from sdk.remote.board import Board, run_fleet
 from sdk.remote.profiles import get_profile, list_profiles, profile_problems
@@ -196,8 +196,9 @@ def test_a_broken_profile_breaks_only_its_own_board(tmp_path, monkeypatch):
     (boards / "nohost.toml").write_text('name = "nohost"\n[connection]\nuser = "me"\n')
     (boards / "emptyhost.toml").write_text('name = "emptyhost"\n[connection]\nhost = "  "\n')
     assert "local" in list_profiles() and get_profile("local").connection.is_local
-    assert {Path(str(e).split(":")[0]).name for e in profile_problems()} == {"broken.toml", "nohost.toml",
-                                                                            "emptyhost.toml"}
+    problems = [str(e) for e in profile_problems()]
+    assert len(problems) == 3 and all(any(f in p for p in problems) for f in ("broken.toml", "nohost.toml",
+                                                                             "emptyhost.toml")), problems
     with pytest.raises(ConfigError, match="not valid TOML"):
         get_profile("broken")
     for name in ("nohost", "emptyhost"):           # never this machine under the board's name
@@ -285,7 +286,7 @@ INJECTIONS = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "| touch PWNED
 @needs_sshd
 @pytest.mark.ssh
 def test_ssh_security_table(client_home, sshd, tmp_path):
-    from conftest import keygen
+    from tests.remote.sshd import keygen
     from sdk.errors import HostKeyError
     from sdk.remote.push import push_file
     from sdk.remote.transport import SSHTransport
