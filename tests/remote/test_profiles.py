@@ -101,7 +101,7 @@ def test_packaged_target_options_are_options_of_those_targets():
 def test_runtime_tables_and_lookups_take_the_target_aliases(tmp_path):
     """`trt`, `ort`, `litert` mean the same in a profile as on the command line."""
     f = tmp_path / "nx.toml"
-    f.write_text('[runtime]\ntargets = ["tensorrt"]\n[runtime.trt]\ndla_core = 1\n')
+    f.write_text('[connection]\nhost = "nx.lab"\n[runtime]\ntargets = ["tensorrt"]\n[runtime.trt]\ndla_core = 1\n')
     rt = load_profile(f).runtime
     assert rt.options == {"tensorrt": {"dla_core": 1}}
     assert rt.target_options("trt") == rt.target_options("tensorrt") == {"dla_core": 1}
