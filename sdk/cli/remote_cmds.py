@@ -14,11 +14,12 @@ FORKS_HELP = "Boards handled at once (Ansible's forks)."
 
 
 def register(app: typer.Typer) -> None:
-    boards = typer.Typer(help="Board profiles: list, show, check a board over SSH.", no_args_is_help=False,
+    boards = typer.Typer(help="Board profiles: list, show, check a board over SSH, clean its cache.", no_args_is_help=False,
                          invoke_without_command=True)
     boards.callback(invoke_without_command=True)(boards_list_cmd)
     boards.command("show")(boards_show_cmd)
     boards.command("check")(boards_check_cmd)
+    boards.command("clean")(boards_clean_cmd)
     app.add_typer(boards, name="boards")
     app.command("push")(push_cmd)
 
@@ -94,6 +95,20 @@ def _flatten(prefix: str, value: Any, rows: List[Tuple[str, Any]]) -> None:
             _flatten(f"{prefix}[{i}]", v, rows)
     else:
         rows.append((prefix, "-" if value is None else (", ".join(map(str, value)) if isinstance(value, list) else str(value))))
+
+
+def boards_clean_cmd(
+    name: str = typer.Argument(..., help="Board name or alias."),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record an unknown host key."),
+) -> None:
+    """Empty a board's cache of pushed models and input data (pushed again when needed)."""
+    from ..remote.board import Board
+    from ._common import console
+
+    with Board(name, trust_new_host=trust_new_host) as board:
+        out = board.clean()
+    console().print(f"{board.name}: removed {out['removed_files']} file(s), "
+                    f"{out['removed_bytes'] / 1e6:.1f} MB from {out['workdir']}")
 
 
 def boards_check_cmd(
@@ -208,18 +223,26 @@ def push_cmd(
     succeeded, 1 otherwise."""
     from pathlib import Path
 
-    from ..errors import InputError, ModelNotFoundError
+    from ..errors import InputError, ModelError, ModelNotFoundError
     from ..remote.board import run_fleet
     from ..remote.profiles import PRECISIONS
     from ..tensors import parse_input_shapes
-    from . import EXIT_FAILED
+    from . import EXIT_ERROR, EXIT_FAILED
     from ._common import console, error_line, latency_table, noise_lines, parse_options, write_json
 
     if precision is not None and precision not in PRECISIONS:
         raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
     if not Path(model).is_file():
         raise ModelNotFoundError(f"model file '{model}' does not exist")
+    from ..model import Model
+
+    m = Model.load(model)   # a truncated or foreign file is bad input here: exit 2, nothing uploaded
     shapes = parse_input_shapes(input_shape or [])
+    from ..tensors import check_input_names
+
+    check_input_names(shapes, m.inputs)
+    for spec in m.inputs:
+        spec.resolve(shapes.get(spec.name))   # a dynamic dim without --input-shape: exit 2 before any upload
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
     uploads = _Uploads()
@@ -276,7 +299,9 @@ def push_cmd(
     if failed:
         if json_path != "-":
             c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
-        sys.exit(EXIT_FAILED)
+        # every board refused the model or its inputs: bad input (2), not a failed board (1)
+        bad_input = all(isinstance(fr.error, (InputError, ModelError)) for fr in results if not fr.ok)
+        sys.exit(EXIT_ERROR if bad_input else EXIT_FAILED)
 
 
 # -- fleets (boards from an Ansible inventory): rows and JSON lines as boards finish -----------------------
