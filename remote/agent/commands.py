@@ -380,7 +380,7 @@ def trim_cache(folder: Path, max_bytes: int, keep: Sequence[Path] = ()) -> Dict[
             entries.append((st.st_mtime, st.st_size, path))
     total = sum(e[1] for e in entries)
     evicted = evicted_bytes = 0
-    for mtime, size, path in sorted(entries):
+    for _mtime, size, path in sorted(entries):
         if total <= max_bytes:
             break
         if path in keep_set or path.endswith(_PARTIAL) or os.path.basename(path).startswith("."):

@@ -1,7 +1,7 @@
 """``sdk inspect``."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -60,7 +60,7 @@ def inspect_cmd(
         c.print(f"wrote {json_path}")
 
 
-def _print_facts(c, info) -> None:
+def _print_facts(c: Any, info: Any) -> None:
     facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "nodes", "params", "param_bytes")
              if info.get(k) is not None]
     for k, v in facts:

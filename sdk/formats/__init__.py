@@ -91,16 +91,12 @@ def detect_format(path: Optional[Path], data: Optional[bytes] = None) -> str:
     return "onnx"
 
 
-def known_formats() -> List[str]:
-    return sorted(_BUILTIN)
-
-
 def default_target(model: Any) -> str:
     """The target that runs ``model`` (a :class:`~sdk.Model`, a path, or a format name) when none is
     given: ONNX -> ``onnxruntime``, TFLite -> ``tflite``."""
     if isinstance(model, str) and model in FORMATS:
         fmt = model
-    elif hasattr(model, "format") and isinstance(getattr(model, "format"), str):
+    elif hasattr(model, "format") and isinstance(model.format, str):
         fmt = model.format
     else:
         fmt = detect_format(Path(model)) if Path(model).is_file() else detect_format(Path(model), b"")

@@ -367,7 +367,7 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.facts = board.check()
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
-            run_opts = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
+            run_opts: Dict[str, Any] = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
             out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
             if out_names:  # the model's output names differ from the reference's: match by position
                 out = {out_names.get(k, k): v for k, v in out.items()}

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sdk.errors import InputError
 from sdk.tensors import TensorSpec
 
 
