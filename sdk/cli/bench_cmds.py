@@ -74,7 +74,9 @@ def bench_cmd(
     if pipeline:
         from .pipeline_cmds import run_pipeline_cmd
 
-        run_pipeline_cmd(pipeline, model, data=data, target=target, target_options=opts, shapes=shapes, frames=runs,
+        from ..formats import default_target
+
+        run_pipeline_cmd(pipeline, model, data=data, target=target or default_target(model), target_options=opts, shapes=shapes, frames=runs,
                          warmup=warmup, device=device, json_path=json_path, report=report)
         return
     early = EarlyStop(early_stop, max_ci_width) if early_stop is not None else None
