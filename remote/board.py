@@ -21,6 +21,7 @@ import json
 import os
 import queue
 import shlex
+import sys
 import tempfile
 import threading
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .. import errors as _errors
-from ..errors import (BoardConnectionError, EdgeSDKError, MissingDependencyError, RemoteCommandError,
+from ..errors import (EdgeSDKError, MissingDependencyError, RemoteCommandError,
                       RemoteError)
 from .profiles import BoardProfile, get_profile
 from .push import Pushed, push_file
@@ -199,7 +200,29 @@ class Board:
         return self._agent
 
     def _python(self) -> List[str]:
-        return shlex.split(self.profile.connection.python) or ["python3"]
+        """The profile's ``[connection] python``; when unset, the interpreter running the SDK for
+        the local board (so a venv's packages are the board's), ``python3`` over SSH."""
+        given = shlex.split(self.profile.connection.python or "")
+        if given:
+            return given
+        return [sys.executable] if self.profile.connection.is_local else ["python3"]
+
+    def _pick_target(self, pushed: Pushed, target: Optional[str]) -> str:
+        """``target``, else the profile's first target that runs the model's format, else the
+        format's default target."""
+        if target:
+            return target
+        from ..formats import default_target, detect_format
+        from ..targets import target_class
+
+        fmt = detect_format(Path(pushed.local_path)) if Path(pushed.local_path).is_file() else "onnx"
+        for name in self.profile.runtime.targets:
+            try:
+                if fmt in getattr(target_class(name), "model_formats", ("onnx",)):
+                    return name
+            except EdgeSDKError:   # a profile target not installed here: the board may still have it
+                continue
+        return default_target(fmt)
 
     def agent(self, command: str, request: Mapping[str, Any], *, timeout_s: float = 600.0) -> Dict[str, Any]:
         """Run ``<python> <agent.pyz> <command> --request -`` on the board with ``request`` as JSON
@@ -255,7 +278,7 @@ class Board:
                   samples: bool = False, early_stop: Optional["EarlyStop"] = None, lock_clocks: Any = None,
                   telemetry: Any = True) -> "BenchResult":
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
-        ``target`` (default: the profile's first) and measure latency (MLPerf SingleStream: at
+        ``target`` (default: the profile's first that runs the model's format) and measure latency (MLPerf SingleStream: at
         least ``runs`` AND ``min_seconds``, and with ``early_stop`` (:class:`sdk.bench.EarlyStop`)
         until its tail percentile is measured well enough) while sampling power. Returns a
         :class:`sdk.result.BenchResult` (``stats``, ``power``, ``energy``, ``device``, ``board``,
@@ -270,7 +293,7 @@ class Board:
         from ..result import BenchResult
 
         pushed = self.push(model)
-        target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
+        target = self._pick_target(pushed, target)
         precision = precision or self.profile.runtime.precision
         request = {
             "model_path": self._abs(pushed.remote_path), "target": target,
@@ -298,12 +321,13 @@ class Board:
 
         pushed = self.push(model)
         inputs = self.push(Path(feeds_npz), kind="data")
-        target = target or (self.profile.runtime.targets[0] if self.profile.runtime.targets else "onnxruntime")
+        target = self._pick_target(pushed, target)
         out_remote = self._abs(f"{self.workdir.rstrip('/')}/data/out-{os.getpid()}-{threading.get_ident()}-"
                                f"{time.monotonic_ns()}.npz")
         self.agent("infer", {"model_path": self._abs(pushed.remote_path), "target": target,
                              "target_options": self.profile.runtime.target_options(target, target_options),
-                             "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote},
+                             "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote,
+                             "cache_max_bytes": int(self.profile.connection.cache_max_mb * (1 << 20))},
                    timeout_s=timeout_s)
         with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:
             local = Path(tmp) / "outputs.npz"
@@ -313,6 +337,13 @@ class Board:
                 self.transport.run(["rm", "-f", out_remote], timeout_s=60)
             with np.load(local, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
+
+
+    def clean(self) -> Dict[str, Any]:
+        """Empty the board's cache (``<workdir>/data`` and ``<workdir>/models``); returns
+        ``{workdir, removed_files, removed_bytes}``. Models and data are pushed again when needed."""
+        self._agent = None      # pushed again on next use (it lives outside the cleaned folders)
+        return self.agent("clean", {"workdir": self._abs(self.workdir)}, timeout_s=300)
 
 
 @dataclass
@@ -375,8 +406,9 @@ def run_fleet(boards: Sequence[Union[str, BoardProfile, Board]], fn: Callable[[B
                     break
                 except queue.Empty:
                     continue
-            if on_result is not None and results[i] is not None:
-                on_result(results[i])
+            done = results[i]
+            if on_result is not None and done is not None:
+                on_result(done)
     except KeyboardInterrupt:
         cancel_all()
         raise

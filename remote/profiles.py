@@ -7,7 +7,9 @@ separated, earlier folders win) override packaged ones of the same name. A profi
     name = "jetson-xavier-nx"
     description = "..."
     aliases = ["jetson-nx"]
-    [connection]   host port user identity_file jump known_hosts python workdir
+    [connection]   host port user identity_file jump known_hosts python workdir cache_max_mb
+                   (the board's data cache under <workdir>/data: least recently used files are
+                   evicted above this size; default 1024)
     [runtime]      targets (preference order) precision
     [runtime.<target>]  that target's default options on this board (e.g. tensorrt dla_core,
                    workspace_mib; tflite threads, delegate), under what a caller passes
@@ -60,8 +62,9 @@ class Connection:
     identity_file: Optional[str] = None
     jump: Optional[str] = None
     known_hosts: Optional[str] = None
-    python: str = "python3"
+    python: str = ""      # empty: the SDK's own interpreter for the local board, python3 over SSH
     workdir: str = "~/edgesdk"
+    cache_max_mb: float = 1024.0   # cap of <workdir>/data on the board (LRU eviction)
 
     @property
     def is_local(self) -> bool:
@@ -125,7 +128,8 @@ class BoardProfile:
 _TOP = {"name": str, "description": str, "aliases": list}
 _TABLES: Dict[str, Tuple[type, Dict[str, Any]]] = {
     "connection": (Connection, {"host": str, "port": int, "user": str, "identity_file": str, "jump": str,
-                                "known_hosts": str, "python": str, "workdir": str}),
+                                "known_hosts": str, "python": str, "workdir": str,
+                                "cache_max_mb": (int, float)}),
     "runtime": (Runtime, {"targets": list, "precision": str}),
     "power": (Power, {"sensors": list, "sysfs_root": str}),
     "hardware": (Hardware, {"gpu_arch": str, "memory_gb": (int, float), "peak_tops": (int, float),

@@ -261,7 +261,6 @@ class SSHTransport(Transport):
         import paramiko
 
         total = local.stat().st_size
-        sent = 0
         try:
             with in_flight():
                 return self._put_pipelined(local, remote, offset, progress, total)

@@ -6,18 +6,18 @@ streamed, never held in memory. Runs on the board too: Python 3.8, NumPy only.
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from .atomic import atomic_path
 from .errors import InputError
 from .tensors import TensorSpec, check_input_names, format_shape
 
 Feed = Dict[str, np.ndarray]
 
-__all__ = ["Feed", "random_feed", "load_feeds", "iter_feeds", "check_feed"]
+__all__ = ["Feed", "random_feed", "load_feeds", "iter_feeds", "check_feed", "save_npz"]
 
 
 def _rng_array(rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
@@ -68,64 +68,43 @@ def check_feed(feed: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], sour
             raise InputError(f"{source}: '{name}' is not a model input", f"model inputs: {', '.join(names)}")
 
 
-def load_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec]) -> List[Feed]:
-    """All feeds of one ``.npy``/``.npz`` file (see :func:`iter_feeds`), as a list."""
-    return list(iter_feeds(path, specs))
+def load_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], preprocess: Any = None) -> List[Feed]:
+    """All feeds of ``path`` (see :func:`iter_feeds`), as a list."""
+    return list(iter_feeds(path, specs, preprocess))
 
 
-def iter_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], batch_axis: bool = False) -> Iterator[Feed]:
-    """Yield feeds from a ``.npy``/``.npz`` file, or every such file in a directory (sorted).
+def iter_feeds(path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], preprocess: Any = None) -> Iterator[Feed]:
+    """Yield the feeds of ``path`` through the one data reader, :func:`sdk.sources.open_source`:
 
-    - ``.npy``: one array for a single-input model.
-    - ``.npz``: one array per input, keyed by input name (a single-input model also accepts any key).
-    With ``batch_axis=True`` the arrays' first axis indexes samples and one feed is yielded per
-    sample (each keeping a batch dim of 1). Arrays are memory-mapped where NumPy allows.
+    - ``.npy``: one array, for a single-input model;
+    - ``.npz``: one array per input name (a single-input model also accepts ``x`` or its only
+      array), with optional labels under ``y`` (ignored here);
+    - a folder of ``.npy``/``.npz`` files (sorted), or a folder of images (with ``preprocess``, a
+      :class:`~sdk.preprocess.PreprocessSpec`; without it, derived from a static image input).
+
+    Samples lie along an extra first axis (``[n, *input_shape]``) or along the input's batch axis
+    (one feed per row when that dim is dynamic or 1); otherwise the file is one feed. Arrays are
+    read row by row, never the whole data set at once.
     """
+    from .sources import open_source
+
+    yield from open_source(path, specs, preprocess)
+
+
+def save_npz(path: Union[str, "os.PathLike[str]"], arrays: Mapping[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as an uncompressed ``.npz`` whose bytes depend only on the arrays (fixed
+    zip timestamps, sorted names), atomically. Equal data gives equal files, so the board cache,
+    which is content-addressed, stores it once across batches and runs."""
+    import zipfile
+
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"data path '{p}' does not exist")
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.suffix in (".npy", ".npz"))
-        if not files:
-            raise InputError(f"data folder '{p}' holds no .npy or .npz files")
-        for f in files:
-            yield from iter_feeds(f, specs, batch_axis)
-        return
-    feed = _read_file(p, specs)
-    if not batch_axis:
-        check_feed(feed, specs, source=str(p))
-        yield feed
-        return
-    counts = {len(a) for a in feed.values()}
-    if len(counts) != 1:
-        raise InputError(f"{p}: arrays have different sample counts {sorted(counts)}")
-    for i in range(counts.pop()):
-        one = {k: np.ascontiguousarray(a[i:i + 1]) for k, a in feed.items()}
-        check_feed(one, specs, source=f"{p}[{i}]")
-        yield one
-
-
-def _read_file(p: Path, specs: Sequence[TensorSpec]) -> Feed:
-    try:
-        if p.suffix == ".npy":
-            arr = np.load(p, mmap_mode="r", allow_pickle=False)
-            if len(specs) != 1:
-                raise InputError(
-                    f"{p}: a .npy file holds one array, but the model has {len(specs)} inputs",
-                    "save an .npz with one array per input name",
-                )
-            return {specs[0].name: np.asarray(arr)}
-        if p.suffix == ".npz":
-            with np.load(p, allow_pickle=False) as npz:
-                data = {k: npz[k] for k in npz.files}
-            if len(specs) == 1 and len(data) == 1:
-                return {specs[0].name: next(iter(data.values()))}
-            return data
-    except InputError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"cannot read data file '{p}': {exc}") from exc
-    raise InputError(f"unsupported data file '{p}'", "use .npy or .npz")
+    with atomic_path(p) as tmp, zipfile.ZipFile(str(tmp), "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arrays[name]), allow_pickle=False)
+    return p
 
 
 def cycle(feeds: Iterable[Feed]) -> Iterator[Feed]:

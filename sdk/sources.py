@@ -41,6 +41,7 @@ __all__ = [
     "parse_preprocess",
     "IMAGE_SUFFIXES",
     "LABEL_KEYS",
+    "file_layout",
 ]
 
 Feed = Dict[str, np.ndarray]
@@ -163,7 +164,7 @@ def _image_files(folder: Path) -> List[Path]:
     except OSError as exc:
         raise InputError(f"cannot read data folder '{folder}': {exc}") from exc
     if not files:
-        raise InputError(f"data folder '{folder}' holds no images ({' '.join(IMAGE_SUFFIXES)})")
+        raise InputError(f"data folder '{folder}' holds no images ({' '.join(IMAGE_SUFFIXES)}) and no .npy/.npz files")
     return files
 
 
@@ -202,6 +203,12 @@ class _NpyRows:
 
     def __len__(self) -> int:
         return int(self.shape[0]) if self.shape else 1
+
+    def whole(self) -> np.ndarray:
+        """The whole array."""
+        if self.member is None:
+            return np.array(np.load(self.path, mmap_mode="r", allow_pickle=False))
+        return _load_member(self.path, self.member)
 
     def rows(self) -> Iterator[np.ndarray]:
         """Each row (first-axis slice) with a leading dim of 1 (a 0-d/1-d array yields itself once)."""
@@ -260,11 +267,45 @@ def _read_npy_header(f: Any, where: str) -> Tuple[Tuple[int, ...], bool, np.dtyp
     return shape, fortran, np.dtype(dtype), None
 
 
+#: How the arrays of one file map to samples (see :class:`ArraySource`).
+STACKED, ROWS, WHOLE = "stacked", "rows", "whole"
+
+
+def _batch_like(spec: TensorSpec) -> bool:
+    """The input's first dim is a batch axis a sample of 1 fits: dynamic, or static 1."""
+    if not spec.shape:
+        return True
+    d = spec.shape[0]
+    return not (isinstance(d, int) and d >= 0) or d == 1
+
+
+def file_layout(shapes: Mapping[str, Sequence[int]], specs: Sequence[TensorSpec]) -> str:
+    """How one file's arrays (``name -> shape``) hold samples for the inputs ``specs``:
+
+    - ``stacked``: every array has one more dim than its input: ``a[i]`` is sample ``i``;
+    - ``rows``: every array has its input's rank and every input's first dim is dynamic or 1:
+      ``a[i:i+1]`` is sample ``i`` (a batch of 1);
+    - ``whole``: the arrays are one feed as they are (inputs without a batch axis, static batch > 1).
+    """
+    by_name = {s.name: s for s in specs}
+    ranks = {k: len(by_name[k].shape) for k in shapes if k in by_name}
+    if not ranks or any(r == 0 for r in ranks.values()):
+        return ROWS
+    if all(len(shapes[k]) == r + 1 for k, r in ranks.items()):
+        return STACKED
+    if all(len(shapes[k]) == r for k, r in ranks.items()):
+        return ROWS if all(_batch_like(by_name[k]) for k in ranks) else WHOLE
+    return ROWS  # ranks that fit neither: the feed check names the input
+
+
 class ArraySource(Source):
-    """``.npy``/``.npz`` files (or a folder of them, sorted); the first axis indexes samples.
+    """``.npy``/``.npz`` files (or a folder of them, sorted): the one reader of array data for
+    bench, quantize, validate, robustness and the board agent.
 
     ``.npy``: one array, for a single-input model. ``.npz``: one array per input name (a
     single-input model also accepts ``x`` or the only non-label key), labels under ``y``/``labels``.
+    Samples (see :func:`file_layout`): along an extra first axis (``[n, *input_shape]``), as rows of
+    the input's batch axis (``[n, ...]`` for a dynamic or 1 batch dim), or the whole file as one feed.
     """
 
     description = "arrays"
@@ -289,17 +330,18 @@ class ArraySource(Source):
             self.files = [self.path]
         self._label_key = label_key
         self._plans = [self._plan(f) for f in self.files]
-        if sum(len(next(iter(rows.values()))) for rows, _ in self._plans) == 0:
+        if sum(len(next(iter(rows.values()))) for rows, _, _ in self._plans) == 0:
             raise InputError(f"data '{self.path}' holds no samples (its arrays have 0 rows)",
                              "give at least one sample")
 
-    def _plan(self, f: Path) -> Tuple[Dict[str, _NpyRows], Optional[_NpyRows]]:
+    def _plan(self, f: Path) -> Tuple[Dict[str, _NpyRows], Optional[_NpyRows], str]:
         names = [s.name for s in self.specs]
         if f.suffix == ".npy":
             if len(names) != 1:
                 raise InputError(f"{f}: a .npy file holds one array, but the model has {len(names)} inputs",
                                  "save an .npz with one array per input name")
-            return {names[0]: _NpyRows(f)}, None
+            rows = {names[0]: _NpyRows(f)}
+            return rows, None, file_layout({names[0]: rows[names[0]].shape}, self.specs)
         try:
             with zipfile.ZipFile(f) as zf:
                 keys = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
@@ -312,17 +354,35 @@ class ArraySource(Source):
         arrays = _input_arrays(names, keys, label)
         if not arrays:
             missing = [n for n in names if n not in keys]
-            raise InputError(f"{f}: no array for model input(s) {', '.join(missing)}",
+            raise InputError(f"{f}: no array for model input {', '.join(repr(m) for m in missing)}",
                              f"arrays in the file: {', '.join(keys) or 'none'}")
-        rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
-        return rows, (_NpyRows(f, label) if label else None)
+        extra = [k for k in keys if k not in arrays.values() and k != label]
+        if extra and all(n in keys for n in names):
+            raise InputError(f"{f}: '{extra[0]}' is not a model input", f"model inputs: {', '.join(names)}")
+        try:
+            rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
+            lab = _NpyRows(f, label) if label else None
+        except (zipfile.BadZipFile, OSError, KeyError) as exc:
+            raise InputError(f"cannot read data file '{f}': {exc}") from exc
+        layout = file_layout({n: r.shape for n, r in rows.items()}, self.specs)
+        return rows, (lab if layout != WHOLE else None), layout
+
+    def sample_nbytes(self) -> int:
+        """Bytes of one sample (a row of every input array) of the first file."""
+        rows = self._plans[0][0]
+        return sum(int(np.prod(r.shape[1:], dtype=np.int64)) * r.dtype.itemsize for r in rows.values())
+
+    @property
+    def layouts(self) -> List[str]:
+        """The layout of each file (``stacked``, ``rows`` or ``whole``; see :func:`file_layout`)."""
+        return [layout for _, _, layout in self._plans]
 
     @property
     def has_labels(self) -> bool:
-        return all(lab is not None for _, lab in self._plans)
+        return all(lab is not None for _, lab, _ in self._plans)
 
     def __len__(self) -> int:
-        n = sum(len(next(iter(rows.values()))) for rows, _ in self._plans)
+        n = sum(1 if layout == WHOLE else len(next(iter(rows.values()))) for rows, _, layout in self._plans)
         return n if self.limit is None else min(n, self.limit)
 
     def fingerprint(self) -> Optional[str]:
@@ -334,7 +394,14 @@ class ArraySource(Source):
 
     def samples(self) -> Iterator[Sample]:
         count = 0
-        for f, (rows, label) in zip(self.files, self._plans):
+        for f, (rows, label, layout) in zip(self.files, self._plans):
+            if self.limit is not None and count >= self.limit:
+                return
+            if layout == WHOLE:
+                feed = {n: r.whole() for n, r in rows.items()}
+                count += 1
+                yield self._checked(feed, str(f)), None
+                continue
             counts = {len(r) for r in rows.values()} | ({len(label)} if label is not None else set())
             if len(counts) != 1:
                 raise InputError(f"{f}: arrays have different sample counts {sorted(counts)}")
@@ -344,6 +411,8 @@ class ArraySource(Source):
                 if self.limit is not None and count >= self.limit:
                     return
                 feed = {n: next(it) for n, it in iters.items()}
+                if layout == STACKED:
+                    feed = {n: a[0] for n, a in feed.items()}
                 y = next(labels)[0] if labels is not None else None
                 count += 1
                 yield self._checked(feed, f"{f}[{i}]"), y
@@ -436,6 +505,7 @@ def open_source(data: Any, specs: Sequence[TensorSpec], preprocess: Any = None, 
                 raise InputError(f"data folder '{p}' is empty")
             if any(e.suffix in (".npy", ".npz") for e in entries):
                 return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)
+            _image_files(p)  # a folder of neither arrays nor images: say so before asking for a spec
             spec = preprocess if preprocess is not None else default_preprocess(specs)
             return ImageFolderSource(p, spec, specs, check=check, limit=limit)
         return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)

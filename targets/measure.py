@@ -78,7 +78,7 @@ def benchmark_session(
 
 def benchmark(
     model: Any,
-    target: Union[str, Target] = "onnxruntime",
+    target: Optional[Union[str, Target]] = None,
     *,
     target_options: Optional[Mapping[str, Any]] = None,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -94,11 +94,15 @@ def benchmark(
 ) -> BenchResult:
     """Prepare ``model`` for ``target``, open a session and measure latency (MLPerf
     SingleStream: at least ``runs`` runs AND ``min_seconds``). ``input_shapes`` fixes dynamic dims
-    of the random inputs; ``data`` gives real inputs instead."""
+    of the random inputs; ``data`` gives real inputs instead. ``target`` None: the one that runs
+    the model's format (``onnxruntime`` for ONNX, ``tflite`` for TFLite)."""
+    from ..formats import default_target
     from ..model import Model
 
     if not isinstance(model, Model):
         model = Model.load(model)
+    if target is None:
+        target = default_target(model)
     tgt = target if isinstance(target, Target) else get_target(target, **dict(target_options or {}))
     artifact: Artifact = tgt.prepare(model, workdir=workdir, **dict(build_options or {}))
     with tgt.open(artifact) as session:

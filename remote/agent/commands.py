@@ -9,14 +9,17 @@ target's runtime only (the ``onnx`` package is not needed: models are not re-val
 Requests (JSON objects; unknown keys are a :class:`~sdk.errors.ConfigError`):
 
 ``facts``  ``{sysfs_root?, sensors?}``
-``bench``  ``{model_path, target?="onnxruntime", target_options?, precision?, input_shapes?
+``bench``  ``{model_path, target? (default: the one that runs the model's format), target_options?, precision?, input_shapes?
            ({name: [dims]} or ["name=1x3x8x8"]), data_path? (.npy/.npz), runs?=100, warmup?=10,
            min_seconds?=1.0, max_seconds?, seed?=0, workdir?, idle_seconds?=1.0,
            power? ({sensors?, sysfs_root?, rate_hz?=20} or false), samples?, max_samples?=20000,
            early_stop? ({percentile, max_ci_width_pct?} or a percentile), telemetry? ({rate_hz?=5} or
            false; default on), lock_clocks? ({power_mode?, sudo?} or true: nvpmodel + jetson_clocks,
            restored after)}``: prints :meth:`sdk.result.BenchResult.to_dict`
-``infer``  ``{model_path, target?, target_options?, precision?, workdir?, inputs_npz, outputs_npz}``
+``infer``  ``{model_path, target?, target_options?, precision?, workdir?, inputs_npz, outputs_npz,
+           cache_max_bytes?}``: after the run, the folder of ``inputs_npz`` (the board's data cache)
+           is trimmed to ``cache_max_bytes``, least recently used files first.
+``clean``  ``{workdir}``: empty the board cache (``<workdir>/data`` and ``<workdir>/models``).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from ...config import check_keys
 from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
 from ...probe import module_installed
 
-__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version", "profile"]
+__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version", "profile", "clean", "trim_cache"]
 
 _INSTALL_NUMPY = "pip3 install numpy (or: sudo apt install python3-numpy)"
 
@@ -79,12 +82,14 @@ def _model(request: Mapping[str, Any]):
     return Model(path)  # no onnx.checker here: the board may not have the onnx package
 
 
-def _target(request: Mapping[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+def _target(request: Mapping[str, Any], model: Any = None) -> Tuple[Any, Dict[str, Any]]:
     """The target instance and the precision record: a requested precision is passed as the
-    target's ``precision`` option when it has one, else only recorded."""
+    target's ``precision`` option when it has one, else only recorded. No target in the request:
+    the one that runs the model's format."""
+    from ...formats import default_target
     from ...targets.registry import target_class
 
-    name = request.get("target") or "onnxruntime"
+    name = request.get("target") or (default_target(model) if model is not None else "onnxruntime")
     options = dict(request.get("target_options") or {})
     if not isinstance(request.get("target_options") or {}, Mapping):
         raise ConfigError("target_options must be a JSON object")
@@ -223,7 +228,7 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
     early_stop = _early_stop(request.get("early_stop"))
 
     model = _model(request)
-    tgt, precision = _target(request)
+    tgt, precision = _target(request, model)
     device = device_facts(root, sensors)
     del device["temperatures_c"]  # taken again right before the run, after the build
     source: Any = None
@@ -276,56 +281,142 @@ def _strided(samples: List[float], limit: int) -> Tuple[List[float], int]:
 def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
     """Run every sample of ``inputs_npz`` and write the outputs to ``outputs_npz`` (atomically).
 
-    Arrays keyed by input name (one array with any key for a single-input model). When every
-    array has one more dimension than its input, the first axis indexes samples and each output
-    gets that leading axis too; otherwise the file is one feed."""
+    The inputs are read by the same reader as ``--data`` on the host (:class:`sdk.sources.ArraySource`):
+    arrays keyed by input name (one array with any key for a single-input model). When every
+    array has one more dimension than its input (``stacked``), the first axis indexes samples and
+    each output gets that leading axis too (``batched: true``); rows of a dynamic batch axis run
+    in chunks and their outputs are concatenated; otherwise the file is one feed."""
     _check_keys(request, "infer", ("model_path", "target", "target_options", "precision", "workdir",
-                                   "inputs_npz", "outputs_npz"), ("model_path", "inputs_npz", "outputs_npz"))
+                                   "inputs_npz", "outputs_npz", "cache_max_bytes"),
+                ("model_path", "inputs_npz", "outputs_npz"))
     _need_numpy("the board agent's infer")
-    import numpy as np
-
-    from ...data import check_feed
-
     model = _model(request)
-    tgt, precision = _target(request)
+    tgt, precision = _target(request, model)
     src = Path(os.path.expanduser(str(request["inputs_npz"])))
     dst = Path(os.path.expanduser(str(request["outputs_npz"])))
     if not src.is_file():
         raise InputError("inputs file '%s' does not exist" % src)
-    try:
-        with np.load(str(src), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError("cannot read inputs file '%s': %s" % (src, exc)) from exc
+    _touch(src)  # the board cache evicts least recently used files first
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     with tgt.open(artifact) as session:
-        specs = session.inputs
-        if len(specs) == 1 and len(arrays) == 1 and specs[0].name not in arrays:
-            arrays = {specs[0].name: next(iter(arrays.values()))}
-        by_name = {s.name: s for s in specs}
-        batched = bool(arrays) and all(k in by_name and arrays[k].ndim == len(by_name[k].shape) + 1 for k in arrays)
-        if batched:
-            counts = {len(a) for a in arrays.values()}
-            if len(counts) != 1:
-                raise InputError("%s: arrays have different sample counts %s" % (src, sorted(counts)))
-            n = counts.pop()
-            collected: Dict[str, List[Any]] = {}
-            for i in range(n):
-                feed = {k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}
-                check_feed(feed, specs, source="%s[%d]" % (src.name, i))
-                for name, arr in session.run(feed).items():
-                    collected.setdefault(name, []).append(np.asarray(arr))
-            outputs = {k: np.stack(v) for k, v in collected.items()}
-        else:
-            n = 1
-            check_feed(arrays, specs, source=src.name)
-            outputs = {k: np.asarray(v) for k, v in session.run(arrays).items()}
-    to_save: Dict[str, Any] = outputs
+        outputs, n, stacked = _run_file(session, src)
+    _write_npz_atomic(dst, outputs)
+    cache = None
+    if request.get("cache_max_bytes") is not None:
+        cache = trim_cache(src.parent, int(request["cache_max_bytes"]), keep=(src, dst))
+    return {"cache": cache, "outputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()],
+            "samples": n, "batched": stacked, "outputs_npz": str(dst), "target": tgt.name, "precision": precision,
+            "model": {"path": str(model.path), "sha256": model.sha256}}
+
+
+_CHUNK_BYTES = 32 << 20
+
+
+def _run_file(session: Any, src: Path) -> Tuple[Dict[str, Any], int, bool]:
+    """Outputs of every sample of ``src``; returns ``(outputs, samples, stacked)``."""
+    import numpy as np
+
+    from ...sources import ROWS, STACKED, ArraySource, batched
+
+    source = ArraySource(src, session.inputs)
+    layout = source.layouts[0]
+    dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in session.inputs)
+    step = 1
+    if layout == ROWS and dynamic:
+        step = max(1, _CHUNK_BYTES // max(1, source.sample_nbytes()))
+    collected: Dict[str, List[Any]] = {}
+    n = 0
+    for feed, _labels, count in batched(source.samples(), step):
+        n += count
+        for name, arr in session.run(feed).items():
+            collected.setdefault(name, []).append(np.asarray(arr))
+    if layout == STACKED:
+        return {k: np.stack(v) for k, v in collected.items()}, n, True
+    # rows: batches concatenate; per-sample outputs whose first axis is not the batch (a CRNN's
+    # [seq, 1, classes]) are stacked, as the host reference does
+    joinable = step > 1 or all(all(a.ndim >= 1 and a.shape[0] == 1 for a in v) for v in collected.values())
+    if len(next(iter(collected.values()), [])) == 1 or joinable:
+        return {k: (np.concatenate(v, axis=0) if len(v) > 1 else v[0]) for k, v in collected.items()}, n, False
+    return {k: np.stack(v) for k, v in collected.items()}, n, True
+
+
+def _write_npz_atomic(dst: Path, outputs: Mapping[str, Any]) -> None:
+    import numpy as np
+
+    to_save: Dict[str, Any] = dict(outputs)
     with atomic_path(dst) as tmp, open(str(tmp), "wb") as f:
         np.savez(f, **to_save)
-    return {"outputs": [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in outputs.items()],
-            "samples": n, "batched": batched, "outputs_npz": str(dst), "target": tgt.name, "precision": precision,
-            "model": {"path": str(model.path), "sha256": model.sha256}}
+
+
+def _touch(path: Path) -> None:
+    """Mark a cached file as used now (its mtime orders the cache's LRU eviction)."""
+    try:
+        os.utime(str(path), None)
+    except OSError:
+        pass
+
+
+# -- the board cache -------------------------------------------------------------------------------------
+_PARTIAL = (".part", ".tmp")
+
+
+def trim_cache(folder: Path, max_bytes: int, keep: Sequence[Path] = ()) -> Dict[str, Any]:
+    """Delete the least recently used files of ``folder`` (by mtime: pushes and runs touch them)
+    until it holds at most ``max_bytes``. Files in ``keep`` and uploads in progress stay.
+    Returns ``{bytes, files, evicted, evicted_bytes, max_bytes}`` after trimming."""
+    keep_set = set(os.path.abspath(str(k)) for k in keep)
+    entries = []
+    try:
+        names = os.listdir(str(folder))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(str(folder), name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if os.path.isfile(path):
+            entries.append((st.st_mtime, st.st_size, path))
+    total = sum(e[1] for e in entries)
+    evicted = evicted_bytes = 0
+    for _mtime, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        if path in keep_set or path.endswith(_PARTIAL) or os.path.basename(path).startswith("."):
+            continue
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total -= size
+        evicted += 1
+        evicted_bytes += size
+    return {"bytes": total, "files": len(entries) - evicted, "evicted": evicted, "evicted_bytes": evicted_bytes,
+            "max_bytes": max_bytes}
+
+
+def clean(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """Empty the board cache: every file under ``<workdir>/data`` and ``<workdir>/models``
+    (content-addressed; pushed again when next needed). The agent itself stays."""
+    import shutil
+
+    _check_keys(request, "clean", ("workdir",), ("workdir",))
+    root = Path(os.path.expanduser(str(request["workdir"])))
+    removed = removed_bytes = 0
+    for kind in ("data", "models"):
+        folder = root / kind
+        if not folder.is_dir():
+            continue
+        for dirpath, _dirs, files in os.walk(str(folder)):
+            for name in files:
+                try:
+                    removed_bytes += os.path.getsize(os.path.join(dirpath, name))
+                    removed += 1
+                except OSError:
+                    pass
+        shutil.rmtree(str(folder), ignore_errors=True)
+    return {"workdir": str(root), "removed_files": removed, "removed_bytes": removed_bytes}
 
 
 def profile(request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -341,6 +432,7 @@ COMMANDS: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
     "bench": bench,
     "infer": infer,
     "profile": profile,
+    "clean": clean,
 }
 
 

@@ -116,6 +116,31 @@ def cuda_version(root: str) -> Optional[str]:
     return None
 
 
+def cuda_driver(root: str, l4t: Optional[str]) -> Optional[str]:
+    """The NVIDIA driver that lets CUDA run: the kernel module's version (``/proc/driver/nvidia/
+    version``), ``"l4t"`` on Jetson (the driver is part of L4T), else None (no driver: a CUDA
+    toolkit alone cannot run anything)."""
+    text = read_text(under(root, "/proc/driver/nvidia/version"))
+    if text:
+        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)", text) or \
+            re.search(r"(\d{3,}\.\d+(?:\.\d+)?)", text)
+        return m.group(1) if m else "unknown version"
+    if l4t:
+        return "l4t"
+    return None
+
+
+def cuda_facts(root: str, l4t: Optional[str]) -> Dict[str, Any]:
+    """``cuda`` (the toolkit's version, only where a driver can run it), ``cuda_toolkit``,
+    ``cuda_driver`` and, for a toolkit without a driver, ``cuda_note``."""
+    toolkit = cuda_version(root)
+    driver = cuda_driver(root, l4t)
+    out: Dict[str, Any] = {"cuda": toolkit if driver else None, "cuda_toolkit": toolkit, "cuda_driver": driver}
+    if toolkit and not driver:
+        out["cuda_note"] = "toolkit only, no driver: CUDA %s is installed but no NVIDIA driver is loaded" % toolkit
+    return out
+
+
 def tensorrt_version() -> Optional[str]:
     """TensorRT's version on this board (pip metadata, the module, then dpkg): :func:`sdk.hostinfo.tensorrt_version`."""
     return _tensorrt_version(import_module=True, dpkg=True)
@@ -264,7 +289,7 @@ def device_facts(root: Optional[str] = None, sensors: Optional[List[str]] = None
     except ImportError:
         numpy_version = None
     info = host_info(runtimes=())
-    return {
+    facts: Dict[str, Any] = {
         "hostname": info["hostname"],
         "os": info["os"],
         "machine": info["machine"],
@@ -277,10 +302,11 @@ def device_facts(root: Optional[str] = None, sensors: Optional[List[str]] = None
         "l4t": l4t,
         "l4t_source": l4t_source,
         "jetpack": jetpack_for_l4t(l4t),
-        "cuda": cuda_version(root),
         "tensorrt": tensorrt_version(),
         "power_mode": power_mode(root),
         "clocks": clocks_locked(root),
         "temperatures_c": temperatures(root),
         "power_sensors": probe_all(root, sensors),
     }
+    facts.update(cuda_facts(root, l4t))
+    return facts

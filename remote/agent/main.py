@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["main", "parse_args"]
 
-USAGE = "usage: python edgesdk-agent.pyz {version,facts,bench,infer,profile} [--request FILE|-]"
+USAGE = "usage: python edgesdk-agent.pyz {version,facts,bench,infer,profile,clean} [--request FILE|-]"
 
 
 def parse_args(argv: List[str]) -> Tuple[str, Optional[str]]:

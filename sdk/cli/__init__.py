@@ -59,13 +59,99 @@ def build_app() -> Any:
     return app
 
 
+def _plain_metavars(cmd: Any) -> None:
+    """Help shows ``TEXT``, ``INTEGER``, ``MODEL`` instead of typer's ``<str>``, ``<list[str]>``,
+    and nothing for flags (``<bool>``)."""
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_metavars(sub)
+    cmd.help = _literal(cmd.help)
+    if hasattr(cmd, "get_help_option"):  # --help is made per context, not listed in params
+        made = cmd.get_help_option
+
+        def help_option(ctx: Any, _made: Any = made) -> Any:
+            opt = _made(ctx)
+            if opt is not None and opt.metavar is None:
+                opt.metavar = ""
+            return opt
+
+        cmd.get_help_option = help_option
+    for param in getattr(cmd, "params", []):
+        param.help = _literal(getattr(param, "help", None))
+        if param.metavar is not None:
+            continue
+        if getattr(param, "is_flag", False) or getattr(param, "is_bool_flag", False):
+            param.metavar = ""
+        elif getattr(param, "param_type_name", "") == "argument":
+            param.metavar = str(param.name).upper()
+            if hasattr(param, "display_type_rich"):  # typer >= 0.2x prints "<str>" after the name
+                param.display_type_rich = lambda ctx: None
+        else:
+            kind = _type_word(param)
+            if kind:
+                param.metavar = kind
+
+
+def _literal(text: Optional[str]) -> Optional[str]:
+    """Help text as written: rich would take ``[robustness]`` for a markup tag and drop it."""
+    if not text or "[" not in text:
+        return text
+    from rich.markup import escape
+
+    return escape(text)
+
+
+_TYPE_WORDS = {"str": "TEXT", "text": "TEXT", "int": "INTEGER", "integer": "INTEGER", "float": "FLOAT",
+               "path": "PATH", "Path": "PATH"}
+
+
+def _type_word(param: Any) -> Optional[str]:
+    """``TEXT``/``INTEGER``/``FLOAT``/``PATH`` for a plain (or repeated) value, else None (choices
+    keep typer's own display). Works with typer's vendored click and with click itself."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is not None:  # typer >= 0.2x: its own parameter types
+        if getattr(desc, "is_choice", False):
+            return None
+        name = param.bare_type()
+        if name.startswith("list[") and name.endswith("]"):
+            name = name[5:-1]
+        return _TYPE_WORDS.get(name)
+    kind = getattr(getattr(param, "type", None), "name", None)
+    return _TYPE_WORDS.get(str(kind).split()[0]) if kind else None
+
+
+#: Options whose KEY=VALUE items may follow one flag, separated by spaces
+#: (``--preprocess size=224x224 mean=0.5,0.5,0.5``): spread into repeated flags.
+_KEY_VALUE_LISTS = ("--preprocess",)
+
+
+def _spread_key_values(argv: List[str]) -> List[str]:
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        out.append(arg)
+        i += 1
+        if arg == "--":
+            out.extend(argv[i:])
+            break
+        flag = arg.split("=", 1)[0]
+        if flag in _KEY_VALUE_LISTS and (arg != flag or i < len(argv)):
+            if arg == flag:  # "--preprocess VALUE"; else "--preprocess=VALUE" carried its own
+                out.append(argv[i])
+                i += 1
+            while i < len(argv) and not argv[i].startswith("-") and "=" in argv[i]:
+                out += [flag, argv[i]]
+                i += 1
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Run the ``sdk`` command. Every way out is one line on stderr and an exit code: usage and
     input errors ``error: ...`` and 2, failed checks 1, Ctrl-C ``interrupted`` and 130 (after the
     board jobs were stopped), never a traceback unless ``--debug``."""
     from . import _common
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _spread_key_values(list(sys.argv[1:] if argv is None else argv))
     debug = "--debug" in argv
     _common.STATE["debug"] = debug
     if debug:
@@ -100,8 +186,11 @@ def _run(argv: List[str], debug: bool) -> int:
     from . import _common
 
     try:
-        app = build_app()
-        rv = app(args=argv, prog_name="sdk", standalone_mode=False)
+        import typer
+
+        cmd = typer.main.get_command(build_app())
+        _plain_metavars(cmd)
+        rv = cmd.main(args=argv, prog_name="sdk", standalone_mode=False)
         if rv == 130:                  # typer turns KeyboardInterrupt into Exit(130)
             raise KeyboardInterrupt
         return rv if isinstance(rv, int) else 0

@@ -13,7 +13,9 @@ def register(app: typer.Typer) -> None:
 
 def bench_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
-    target: str = typer.Option("onnxruntime", "--target", "-t", help="Target name (see `sdk targets`)."),
+    target: Optional[str] = typer.Option(
+        None, "--target", "-t", help="Target name (see `sdk targets`); default: the one that runs the model's "
+                                     "format (onnxruntime for .onnx, tflite for .tflite)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640, or an engine profile "
                                     "NAME=MIN:OPT:MAX (targets that build engines; runs use OPT). Repeatable."),
@@ -24,7 +26,12 @@ def bench_cmd(
     provider: Optional[List[str]] = typer.Option(
         None, "--provider", help="onnxruntime execution provider in priority order: cpu, cuda, tensorrt, xnnpack..."),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
-    data: Optional[str] = typer.Option(None, "--data", help="Real inputs: .npy/.npz file or folder."),
+    data: Optional[str] = typer.Option(
+        None, "--data", help="Real inputs: a folder of images (see --preprocess), or a .npy/.npz file or folder "
+                             "(up to 64 samples are cycled)."),
+    preprocess: Optional[List[str]] = typer.Option(
+        None, "--preprocess", help="Image preprocessing for an image folder: a .toml file or KEY=VALUE "
+                                   "(size=224x224 mean=... std=... layout=NCHW)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the result JSON here ('-' for stdout)."),
     samples: bool = typer.Option(False, "--samples", help="Include every latency sample in the JSON."),
@@ -58,6 +65,9 @@ def bench_cmd(
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     opts = parse_options(option)
     if any(":" in item for item in input_shape or []):
+        from ..formats import default_target
+
+        target = target or default_target(model)
         if "input_shapes" not in target_class(target).default_options:
             raise InputError(f"target '{target}' takes no MIN:OPT:MAX shape profiles", "give one shape: NAME=1x3x640x640")
         opts.setdefault("input_shapes", list(input_shape or []))
@@ -68,11 +78,19 @@ def bench_cmd(
     if pipeline:
         from .pipeline_cmds import run_pipeline_cmd
 
-        run_pipeline_cmd(pipeline, model, data=data, target=target, target_options=opts, shapes=shapes, frames=runs,
+        from ..formats import default_target
+
+        run_pipeline_cmd(pipeline, model, data=data, target=target or default_target(model), target_options=opts, shapes=shapes, frames=runs,
                          warmup=warmup, device=device, json_path=json_path, report=report)
         return
     early = EarlyStop(early_stop, max_ci_width) if early_stop is not None else None
-    result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=data, warmup=warmup,
+    feeds: Any = data
+    if data is not None and preprocess:
+        from ..model import Model
+        from ..sources import open_source, parse_preprocess
+
+        feeds = open_source(data, Model.load(model).inputs, parse_preprocess(preprocess))
+    result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=feeds, warmup=warmup,
                        runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early)
     if json_path == "-":
         write_json("-", result.to_dict(samples=samples))

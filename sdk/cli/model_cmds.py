@@ -1,7 +1,7 @@
 """``sdk inspect``."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -12,7 +12,8 @@ def register(app: typer.Typer) -> None:
 
 def inspect_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    json_path: Optional[str] = typer.Option(None, "--json", metavar="FILE",
+                                            help="Write the result JSON here ('-' for stdout, no tables)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Fix a dynamic input before counting MACs: NAME=1x3x640x640 (repeatable)."),
 ) -> None:
@@ -25,21 +26,14 @@ def inspect_cmd(
     if input_shape:
         m = m.with_input_shapes(parse_input_shapes(input_shape))
     info = m.inspect()
-    if json_out:
-        write_json(None, info)
+    if json_path == "-":
+        write_json("-", info)
         return
     from rich.table import Table
 
     c = console()
     c.print(f"[bold]{info['path']}[/bold]  {info['format']}  {info['size_bytes'] / 1e6:.2f} MB  sha256 {info['sha256'][:16]}…")
-    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "nodes", "params", "param_bytes", "macs")
-             if info.get(k) is not None]
-    for k, v in facts:
-        if isinstance(v, int) and k in ("params", "param_bytes", "macs"):
-            v = f"{v:,}"
-        c.print(f"  {k}: {v}")
-    if info.get("macs_unknown_nodes"):
-        c.print(f"  MACs not counted for {info['macs_unknown_nodes']} node(s) with dynamic shapes (use --input-shape)")
+    _print_facts(c, info)
     for kind in ("inputs", "outputs"):
         t = Table(title=kind)
         for col in ("name", "shape", "dtype"):
@@ -61,3 +55,23 @@ def inspect_cmd(
         for op, n in info["ops"].items():
             t.add_row(op, str(n))
         c.print(t)
+    if json_path:
+        write_json(json_path, info)
+        c.print(f"wrote {json_path}")
+
+
+def _print_facts(c: Any, info: Any) -> None:
+    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "nodes", "params", "param_bytes")
+             if info.get(k) is not None]
+    for k, v in facts:
+        c.print(f"  {k}: {v:,}" if isinstance(v, int) and k.startswith("param") else f"  {k}: {v}")
+    if info.get("params_in_constants"):
+        c.print(f"  ({info['params_in_constants']:,} of the params are held in Constant nodes)")
+    unknown = info.get("macs_unknown_nodes") or 0
+    macs = info.get("macs")
+    if macs is None and unknown:
+        c.print(f"  macs: unknown: {unknown} node(s) have dynamic or unknown shapes (fix them with --input-shape)")
+    elif macs is not None:
+        partial = f" (partial: {unknown} node(s) with dynamic or unknown shapes not counted; use --input-shape)" \
+            if unknown else ""
+        c.print(f"  macs: {macs:,}{partial}")

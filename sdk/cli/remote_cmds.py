@@ -14,11 +14,12 @@ FORKS_HELP = "Boards handled at once (Ansible's forks)."
 
 
 def register(app: typer.Typer) -> None:
-    boards = typer.Typer(help="Board profiles: list, show, check a board over SSH.", no_args_is_help=False,
+    boards = typer.Typer(help="Board profiles: list, show, check a board over SSH, clean its cache.", no_args_is_help=False,
                          invoke_without_command=True)
     boards.callback(invoke_without_command=True)(boards_list_cmd)
     boards.command("show")(boards_show_cmd)
     boards.command("check")(boards_check_cmd)
+    boards.command("clean")(boards_clean_cmd)
     app.add_typer(boards, name="boards")
     app.command("push")(push_cmd)
 
@@ -96,6 +97,20 @@ def _flatten(prefix: str, value: Any, rows: List[Tuple[str, Any]]) -> None:
             _flatten(f"{prefix}[{i}]", v, rows)
     else:
         rows.append((prefix, "-" if value is None else (", ".join(map(str, value)) if isinstance(value, list) else str(value))))
+
+
+def boards_clean_cmd(
+    name: str = typer.Argument(..., help="Board name or alias."),
+    trust_new_host: bool = typer.Option(False, "--trust-new-host", help="Accept and record an unknown host key."),
+) -> None:
+    """Empty a board's cache of pushed models and input data (pushed again when needed)."""
+    from ..remote.board import Board
+    from ._common import console
+
+    with Board(name, trust_new_host=trust_new_host) as board:
+        out = board.clean()
+    console().print(f"{board.name}: removed {out['removed_files']} file(s), "
+                    f"{out['removed_bytes'] / 1e6:.1f} MB from {out['workdir']}")
 
 
 def boards_check_cmd(
@@ -205,7 +220,7 @@ def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
 MAX_INPUT_BYTES = 16 * 1024 ** 3    # one input tensor larger than this is a typo, not a model input
 
 
-def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str], profiles: List[Any]) -> None:
+def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str]) -> None:
     """What the boards would refuse, found here first: a file that is no model, an unknown target
     or one that cannot open this format, input shapes that do not fit the model (names, rank,
     fixed dims, a dynamic dim without a value) or that no board could hold."""
@@ -216,14 +231,13 @@ def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str], profile
     from ..targets import target_class
     from ..tensors import check_input_names
 
-    m = Model.load(model)
-    for prof in profiles:
-        name = target or (prof.runtime.targets[0] if prof.runtime.targets else "onnxruntime")
-        cls = target_class(name)
+    m = Model.load(model)   # a truncated or foreign file is bad input here: exit 2, nothing uploaded
+    if target:              # without --target each board picks one that runs the model's format
+        cls = target_class(target)
         formats = getattr(cls, "model_formats", (m.format,))
         if m.format not in formats:
-            raise InputError(f"target '{name}' (board {prof.name}) runs {'/'.join(formats)} models, not {m.format}",
-                             "pick a target with --target (see `sdk targets`)")
+            raise InputError(f"target '{target}' runs {'/'.join(formats)} models, not {m.format}",
+                             "pick a target with --target (see `sdk targets`), or leave it out")
     check_input_names(shapes, m.inputs)
     for spec in m.inputs:
         shape = spec.resolve(shapes.get(spec.name))
@@ -264,11 +278,11 @@ def push_cmd(
     succeeded, 1 otherwise."""
     from pathlib import Path
 
-    from ..errors import InputError, ModelNotFoundError
+    from ..errors import InputError, ModelError, ModelNotFoundError
     from ..remote.board import run_fleet
     from ..remote.profiles import PRECISIONS
     from ..tensors import parse_input_shapes
-    from . import EXIT_FAILED
+    from . import EXIT_ERROR, EXIT_FAILED
     from ._common import check_output, console, error_line, parse_options, write_json
 
     check_output(json_path, "--json")
@@ -285,7 +299,7 @@ def push_cmd(
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
-    _precheck(model, shapes, target, profiles)          # bad input is exit 2, before any board work
+    _precheck(model, shapes, target)                    # bad input is exit 2, before any board work
     uploads = _Uploads()
 
     def job(b: Any) -> Any:
@@ -343,7 +357,9 @@ def push_cmd(
     if failed:
         if json_path != "-":
             c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
-        sys.exit(EXIT_FAILED)
+        # every board refused the model or its inputs: bad input (2), not a failed board (1)
+        bad_input = all(isinstance(fr.error, (InputError, ModelError)) for fr in results if not fr.ok)
+        sys.exit(EXIT_ERROR if bad_input else EXIT_FAILED)
 
 
 # -- fleets (boards from an Ansible inventory): rows and JSON lines as boards finish -----------------------

@@ -20,15 +20,21 @@ def _progress(msg: str) -> None:
 
 
 def validate_cmd(
-    model: str = typer.Argument(..., help="Model file (.onnx, or .tflite with --reference-model)."),
+    model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
     board: Optional[List[str]] = typer.Option(None, "--board", "-b",
                                               help="Board name (repeatable for a fleet); 'local' is this machine, "
                                                    "'host:<target>' a target on this machine."),
-    data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
+    data: Optional[str] = typer.Option(
+        None, "--data", help="Inputs: a folder of images (see --preprocess), or a .npy/.npz file or folder "
+                             "(default: 4 seeded random samples; outputs are compared, accuracy is not)."),
+    input_shape: Optional[List[str]] = typer.Option(
+        None, "--input-shape", help="Without --data: NAME=1x3x320x320 for a dynamic input (repeatable)."),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
     spec: Optional[str] = typer.Option(None, "--spec", help="Validation spec (TOML): budgets and conditions."),
-    reference: str = typer.Option("onnxruntime", "--reference", help="Host target of the FP32 reference."),
+    reference: Optional[str] = typer.Option(
+        None, "--reference", help="Host target of the FP32 reference (default: the one that runs the "
+                                  "reference model's format)."),
     reference_model: Optional[str] = typer.Option(
         None, "--reference-model", help="Model the reference runs (default: MODEL); the FP32 original of a "
                                         "quantized or converted MODEL."),
@@ -40,6 +46,8 @@ def validate_cmd(
     json_path: Optional[str] = typer.Option(
         None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
                              "per line, as boards finish."),
+    strict: bool = typer.Option(False, "--strict", help="A budget that could not be verified (no sensor, "
+                                                         "no labels) fails instead of being listed."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
@@ -51,6 +59,7 @@ def validate_cmd(
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
     from ..sources import parse_preprocess
+    from ..tensors import parse_input_shapes
     from ..validation import validate
     from ._common import check_output, console
 
@@ -67,7 +76,8 @@ def validate_cmd(
     result = validate(model, boards, data, labels=labels, spec=spec, reference=reference,
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
-                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks,
+                      progress=None if quiet else _progress, baseline=baseline, max_workers=forks, strict=strict,
+                      input_shapes=parse_input_shapes(input_shape or []) or None,
                       on_board=stream.add if stream is not None else None)
     if report:
         result.write_html(report)
@@ -144,15 +154,24 @@ def _print_summary(result: Any) -> None:
                 limit = "" if chk.limit is None else f" (limit {chk.op} {chk.limit}{(' ' + chk.unit) if chk.unit else ''})".replace("  ", " ")
                 c.print(f"[red]FAIL[/red] {b.board}: {chk.name}{measured}{limit}" + (f": {chk.reason}" if chk.reason else ""),
                         markup=True, highlight=False, soft_wrap=True)
-    verdict = "[green]GO[/green]: every check passed" if result.verdict == "pass" else \
-        f"[red]NO-GO[/red]: {len(result.failed_checks())} check(s) failed"
-    c.print(verdict, soft_wrap=True)
+    line = result.summary_line()
+    if result.verdict == "pass" and result.not_verified():
+        c.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+        for b in result.boards:
+            for chk in b.checks:
+                if chk.verdict == "skip":
+                    c.print(f"[yellow]NOT VERIFIED[/yellow] {b.board}: {chk.name}: {chk.reason}",
+                            markup=True, highlight=False, soft_wrap=True)
+    else:
+        color = "green" if result.verdict == "pass" else "red"
+        head, sep, rest = line.partition(":")
+        c.print(f"[{color}]{head}[/{color}]{sep}{rest}", soft_wrap=True)
 
 
 def robustness_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
     data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
-    target: Optional[str] = typer.Option(None, "--target", "-t", help="Host target (default onnxruntime)."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Host target (default: the one that runs the model's format)."),
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Run on this board instead of the host."),
     corruptions: Optional[str] = typer.Option(
         None, "--corruptions", help="Comma-separated: blur,noise,brightness,contrast,jpeg,rotate,occlusion (default all)."),

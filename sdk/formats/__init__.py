@@ -35,6 +35,9 @@ class ModelFormat:
     """Base class of a model format handler. Every method takes the :class:`~sdk.Model`."""
 
     name = ""
+    #: The target that runs this format when none is given (``sdk bench``, ``push``, ``validate``,
+    #: the host reference). A name only: core code imports no target.
+    default_target = "onnxruntime"
 
     def parse(self, model: "Model") -> Any:
         raise UnsupportedModelError(f"{self.name} models cannot be parsed")
@@ -87,3 +90,14 @@ def detect_format(path: Optional[Path], data: Optional[bytes] = None) -> str:
         return "tflite"
     return "onnx"
 
+
+def default_target(model: Any) -> str:
+    """The target that runs ``model`` (a :class:`~sdk.Model`, a path, or a format name) when none is
+    given: ONNX -> ``onnxruntime``, TFLite -> ``tflite``."""
+    if isinstance(model, str) and model in FORMATS:
+        fmt = model
+    elif hasattr(model, "format") and isinstance(model.format, str):
+        fmt = model.format
+    else:
+        fmt = detect_format(Path(model)) if Path(model).is_file() else detect_format(Path(model), b"")
+    return get_format(fmt).default_target

@@ -70,7 +70,8 @@ class OnnxFormat(ModelFormat):
                 proto = onnx.load(str(model.path))
         except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as exc:
             raise ModelFormatError(
-                f"{where} is not a readable ONNX model (truncated or another format): {str(exc).splitlines()[0]}"
+                f"{where} is not a readable ONNX model (truncated or another format): "
+                f"{(str(exc).splitlines() or [type(exc).__name__])[0].rstrip(': ')}"
             ) from exc
         except OSError as exc:
             raise ModelFormatError(f"cannot read {where}: {exc}") from exc
@@ -115,19 +116,11 @@ class OnnxFormat(ModelFormat):
 
     # -- inspect ----------------------------------------------------------------------------------------
     def inspect(self, model: "Model") -> Dict[str, Any]:
-        onnx = _onnx()
         proto = model.proto
         g = proto.graph
         ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in iter_nodes(g))
-        params = 0
-        param_bytes = 0
-        for init in g.initializer:
-            n = 1
-            for d in init.dims:
-                n *= d
-            params += n
-            param_bytes += n * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize \
-                if init.data_type not in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+        params, param_bytes = _initializer_params(g)
+        const_params, const_bytes = constant_params(g)
         macs, unknown = estimate_macs(proto)
         return {
             "inputs": [s.to_dict() for s in self.inputs(model)],
@@ -138,10 +131,12 @@ class OnnxFormat(ModelFormat):
             "producer": " ".join(x for x in (proto.producer_name, proto.producer_version) if x) or None,
             "nodes": sum(ops.values()),
             "ops": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
-            "params": int(params),
-            "param_bytes": int(param_bytes),
+            "params": int(params + const_params),
+            "param_bytes": int(param_bytes + const_bytes),
+            "params_in_constants": int(const_params),
             "macs": macs,
             "macs_unknown_nodes": unknown,
+            "macs_partial": bool(unknown),
         }
 
     # -- transforms -------------------------------------------------------------------------------------
@@ -205,19 +200,89 @@ class OnnxFormat(ModelFormat):
         return model.derive(converted)
 
 
+# -- parameters ------------------------------------------------------------------------------------------
+_FLOAT_TYPES = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def _tensor_count_bytes(tensor: Any) -> "tuple[int, int]":
+    onnx = _onnx()
+    n = _prod(tensor.dims)
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return n, 0
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        itemsize = 0
+    return n, n * itemsize
+
+
+def _initializer_params(graph: Any) -> "tuple[int, int]":
+    params = param_bytes = 0
+    for init in graph.initializer:
+        n, b = _tensor_count_bytes(init)
+        params += n
+        param_bytes += b
+    return params, param_bytes
+
+
+def constant_params(graph: Any) -> "tuple[int, int]":
+    """Elements and bytes of the float tensors of rank >= 1 held in ``Constant`` nodes (of the
+    graph and its subgraphs). paddle2onnx and some tf2onnx/torch exports store every weight this
+    way (no initializers); scalars and integer shape constants are not parameters."""
+    params = param_bytes = 0
+    for node in iter_nodes(graph):
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+            continue
+        for attr in node.attribute:
+            if attr.name == "value" and attr.HasField("t"):
+                t = attr.t
+                if t.data_type in _FLOAT_TYPES and len(t.dims) >= 1:
+                    n, b = _tensor_count_bytes(t)
+                    params += n
+                    param_bytes += b
+            elif attr.name == "value_floats" and len(attr.floats):
+                params += len(attr.floats)
+                param_bytes += 4 * len(attr.floats)
+    return params, param_bytes
+
+
 # -- MACs ------------------------------------------------------------------------------------------------
-def _static_shape(shapes: Dict[str, List[Any]], name: str) -> Optional[List[int]]:
+def _static_shape(shapes: Dict[str, List[Any]], name: str, rank: Optional[int] = None,
+                  min_rank: int = 1) -> Optional[List[int]]:
+    """The shape of ``name`` when every dim is known and its rank fits, else None."""
     s = shapes.get(name)
     if s is None or any(not isinstance(d, int) or d < 0 for d in s):
         return None
+    if (rank is not None and len(s) != rank) or len(s) < min_rank:
+        return None
     return s
+
+
+_MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
+def _known_shapes(g: Any) -> Dict[str, List[Any]]:
+    shapes: Dict[str, List[Any]] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):  # no shape field: rank unknown, nothing to count with
+            shapes[vi.name] = list(_value_info_spec(vi).shape)
+    for init in g.initializer:
+        shapes[init.name] = list(init.dims)
+    for node in g.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.HasField("t"):
+                    shapes[node.output[0]] = list(attr.t.dims)
+    return shapes
 
 
 def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
     """Multiply-accumulates of Conv, ConvTranspose, Gemm and MatMul from inferred shapes.
 
     Returns ``(macs, unknown)``: ``unknown`` counts such nodes whose shapes are not concrete
-    (dynamic dims); ``macs`` sums the rest and is None when none could be counted.
+    (dynamic dims, unknown rank, shapes inference could not derive); ``macs`` sums the rest and is
+    None when none could be counted. Never raises: an estimate with ``unknown > 0`` is partial.
     """
     onnx = _onnx()
     try:
@@ -225,16 +290,15 @@ def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
     except Exception:  # inference failing is not fatal for an estimate
         inferred = proto
     g = inferred.graph
-    shapes: Dict[str, List[Any]] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        shapes[vi.name] = list(_value_info_spec(vi).shape)
-    for init in g.initializer:
-        shapes[init.name] = list(init.dims)
+    shapes = _known_shapes(g)
     total, counted, unknown = 0, 0, 0
     for node in g.node:
-        if node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+        if node.op_type not in _MAC_OPS or node.domain not in ("", "ai.onnx"):
             continue
-        macs = _node_macs(node, shapes)
+        try:
+            macs = _node_macs(node, shapes)
+        except (IndexError, ValueError, TypeError, KeyError):  # malformed attributes or shapes
+            macs = None
         if macs is None:
             unknown += 1
         else:
@@ -244,26 +308,28 @@ def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
 
 
 def _node_macs(node: Any, shapes: Dict[str, List[Any]]) -> Optional[int]:
+    if len(node.input) < 2 or not node.output:
+        return None
     attrs = {a.name: a for a in node.attribute}
     if node.op_type == "Conv":
-        w, y = _static_shape(shapes, node.input[1]), _static_shape(shapes, node.output[0])
+        w, y = _static_shape(shapes, node.input[1], min_rank=3), _static_shape(shapes, node.output[0], min_rank=3)
         if w is None or y is None:
             return None
         return _prod(y) * _prod(w[1:])  # each output element: C/group * k...
     if node.op_type == "ConvTranspose":
-        x, w = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.input[1])
+        x, w = _static_shape(shapes, node.input[0], min_rank=3), _static_shape(shapes, node.input[1], min_rank=3)
         if x is None or w is None:
             return None
         return _prod(x) * _prod(w[1:])  # each input element scatters into M/group * k...
     if node.op_type == "Gemm":
-        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0])
+        a, y = _static_shape(shapes, node.input[0], rank=2), _static_shape(shapes, node.output[0], rank=2)
         if a is None or y is None:
             return None
         trans_a = attrs["transA"].i if "transA" in attrs else 0
         k = a[0] if trans_a else a[1]
         return _prod(y) * k
     if node.op_type == "MatMul":
-        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0])
+        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0], min_rank=0)
         if a is None or y is None:
             return None
         return _prod(y) * a[-1]

@@ -16,7 +16,7 @@ import contextlib
 import io
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..errors import MissingDependencyError, ModelFormatError, TargetUnavailableError, first_line
 from ..probe import dist_version, module_installed
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..model import Model
 
 __all__ = ["TFLiteFormat", "TFLiteRuntime", "RUNTIMES", "INSTALL_HINT", "find_runtimes", "load_runtime",
-           "signature_ports", "default_signature"]
+           "signature_ports", "default_signature", "quiet_native_info"]
 
 INSTALL_HINT = "pip install 'edgesdk[tflite]' (pulls ai-edge-litert, which works with NumPy 2)"
 
@@ -91,6 +91,39 @@ class TFLiteRuntime:
 
 
 _runtimes: Dict[str, TFLiteRuntime] = {}
+
+#: Lines the TFLite runtimes write to the process's stderr (fd 2, from C++) that say nothing a
+#: user needs: ``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.``
+_NATIVE_NOISE = ("INFO: Created TensorFlow Lite", "INFO: Initialized TensorFlow Lite runtime")
+
+
+@contextlib.contextmanager
+def quiet_native_info() -> Iterator[None]:
+    """Hold back the runtime's ``INFO:`` lines that C++ writes straight to fd 2 while the block
+    runs; every other line (warnings, errors) is written to stderr afterwards, unchanged."""
+    import os
+    import sys
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real fd 2 (embedded, some notebooks)
+        yield
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept = [ln for ln in sink.read().decode("utf-8", "replace").splitlines(True)
+                    if not ln.startswith(_NATIVE_NOISE)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 def find_runtimes() -> List[Tuple[RuntimeCandidate, Optional[str]]]:
@@ -273,6 +306,8 @@ class TFLiteFormat(ModelFormat):
     """``.tflite`` flatbuffers. ``Model.proto`` is the file's bytes; the runtime's Interpreter
     (built without delegates, tensors not allocated) answers everything else."""
 
+    default_target = "tflite"
+
     name = "tflite"
 
     def parse(self, model: "Model") -> Any:
@@ -340,6 +375,8 @@ class TFLiteFormat(ModelFormat):
             "param_bytes": int(param_bytes),
             "macs": macs,
             "macs_unknown_nodes": unknown,
+            "macs_partial": bool(unknown),
+            "params_in_constants": 0,
             "quantized": any(_np_dtype(tensors[i]["dtype"]) in ("int8", "uint8", "int16")
                              for i in const if i in tensors),
             "tensors": [_tensor_dict(t) for _, t in sorted(tensors.items())],
@@ -422,7 +459,7 @@ def _macs(ops_details: Sequence[Dict[str, Any]], tensors: Dict[int, Dict[str, An
             elif name == "BATCH_MATMUL":
                 a = shape(ins[0])
                 macs = _prod(y) * a[-1]
-        except (TypeError, IndexError):
+        except (TypeError, IndexError, KeyError, ValueError):
             macs = None
         if macs is None or macs < 0:
             unknown += 1

@@ -348,7 +348,10 @@ def validation_html(result: Dict[str, Any]) -> str:
             f'model sha256 {escape(str(model.get("sha256", ""))[:16])} · spec {escape(str((result.get("spec") or {}).get("source") or "none"))}</p>',
             f'<div class="verdict {escape(verdict)}">{"GO" if verdict == "pass" else "NO-GO"}: '
             f'{sum(1 for b in result.get("boards", []) if b["verdict"] == "pass")} of {len(result.get("boards", []))} '
-            f"board(s) pass</div>", "<h2>Summary</h2>"]
+            f"board(s) pass</div>"]
+    if result.get("summary_line"):
+        body.append(f'<p class="meta">{escape(str(result["summary_line"]))}</p>')
+    body.append("<h2>Summary</h2>")
     rows = []
     for r in result.get("summary", []):
         link = _Raw(f'<a href="#board-{escape(r["board"])}">{escape(r["board"])}</a>')

@@ -57,10 +57,10 @@ class Dataset:
         return out
 
     def save_npz(self, path: Union[str, os.PathLike], arrays: Optional[Dict[str, np.ndarray]] = None) -> Path:
-        p = Path(path)
-        npz: Dict[str, Any] = arrays if arrays is not None else self.arrays
-        np.savez(p, **npz)
-        return p
+        """Same data, same bytes (:func:`sdk.data.save_npz`): boards cache it once."""
+        from ..data import save_npz
+
+        return save_npz(path, arrays if arrays is not None else self.arrays)
 
 
 def load_dataset(data: Union[str, os.PathLike], specs: Sequence[Any], labels: Optional[Union[str, os.PathLike]] = None,

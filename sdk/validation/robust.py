@@ -29,7 +29,7 @@ def run_robustness(
     spec: Any = None,
     preprocess: Any = None,
 ) -> Dict[str, Any]:
-    """Sweep ``model`` over the inputs of ``data`` on a host ``target`` (default onnxruntime) or
+    """Sweep ``model`` over the inputs of ``data`` on a host ``target`` (default: the one that runs the model's format) or
     a ``board``. Settings not given come from the spec's ``[robustness]`` section, then the
     defaults (all corruptions, severities 1-5, seed 0). Returns a dict: ``model``, ``data``,
     ``runner``, ``robustness`` (the sweep), ``checks`` and ``verdict`` (pass/fail)."""
@@ -49,7 +49,7 @@ def run_robustness(
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
     ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess)
-    runner = HostRunner(target or "onnxruntime") if board is None else open_runner(board)
+    runner = HostRunner(target) if board is None else open_runner(board)   # no target: the model's format's
     with runner as r:
         board_target = (spec.run.get("target") if spec is not None else None) if board is not None else None
         result = robustness_on(r, m, ds, corruptions=corruptions, severities=severities, seed=seed, limit=limit,

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from .checks import FAIL, PASS, SKIP, CheckResult, evaluate_checks
 from .inputs import Dataset, load_dataset
 from .runners import HostRunner, open_runner
 
-__all__ = ["validate", "ValidationResult", "BoardRun", "classifier_output", "robustness_on"]
+__all__ = ["validate", "ValidationResult", "BoardRun", "classifier_output", "robustness_on", "strict_checks"]
 
 SCHEMA = "edgesdk.validation/1"
 Progress = Optional[Callable[[str], None]]
@@ -100,6 +100,7 @@ class ValidationResult:
     spec: Dict[str, Any]
     started: str = ""
     seconds: float = 0.0
+    strict: bool = False
 
     @property
     def verdict(self) -> str:
@@ -112,6 +113,33 @@ class ValidationResult:
     def failed_checks(self) -> List[str]:
         """``board: check`` for every failed check."""
         return [f"{b.board}: {c.name}" for b in self.boards for c in b.checks if c.verdict == FAIL]
+
+    def not_verified(self) -> List[str]:
+        """Short names of the spec's checks that no board could verify (skipped: no sensor, no
+        labels...), each once, in check order: ``["power", "temperature"]``."""
+        out: List[str] = []
+        for b in self.boards:
+            for c in b.checks:
+                if c.verdict == SKIP and short_check_name(c.name) not in out:
+                    out.append(short_check_name(c.name))
+        return out
+
+    @property
+    def budgets_checked(self) -> int:
+        """How many checks besides ``board.run`` the spec enabled (0 without a spec)."""
+        return max((sum(1 for c in b.checks if c.name != "board.run") for b in self.boards), default=0)
+
+    def summary_line(self) -> str:
+        """The verdict in one line: ``GO``, ``GO (2 budgets not verified: power, temperature)``,
+        ``GO: ... no budget was checked (no spec)`` or ``NO-GO: 3 check(s) failed``."""
+        if self.verdict == FAIL:
+            return f"NO-GO: {len(self.failed_checks())} check(s) failed"
+        if self.budgets_checked == 0:
+            return "GO: the model ran on every board; no budget was checked (no spec given: --spec)"
+        skipped = self.not_verified()
+        if skipped:
+            return f"GO ({len(skipped)} budget{'s' if len(skipped) != 1 else ''} not verified: {', '.join(skipped)})"
+        return "GO: every check passed"
 
     def summary_rows(self) -> List[Dict[str, Any]]:
         rows = []
@@ -129,7 +157,9 @@ class ValidationResult:
         return rows
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"schema": SCHEMA, "verdict": self.verdict, "exit_code": self.exit_code, "started": self.started,
+        return {"schema": SCHEMA, "verdict": self.verdict, "exit_code": self.exit_code, "summary_line": self.summary_line(),
+                "strict": self.strict, "not_verified": self.not_verified(), "budgets_checked": self.budgets_checked,
+                "started": self.started,
                 "seconds": round(self.seconds, 3), "model": self.model, "data": self.data,
                 "reference": self.reference, "spec": self.spec, "summary": self.summary_rows(),
                 "boards": [b.to_dict() for b in self.boards]}
@@ -148,6 +178,27 @@ class ValidationResult:
         from ..reports.junit import validation_junit
 
         _write_text(path, validation_junit(self.to_dict()))
+
+
+def short_check_name(name: str) -> str:
+    """``power.mean`` -> ``power``, ``energy.per_inference`` -> ``energy``, ``device.temperature`` -> ``temperature``; other names as they are."""
+    if name.startswith("device."):
+        return name[len("device."):]
+    for suffix in (".mean", ".per_inference"):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def strict_checks(checks: List[CheckResult]) -> List[CheckResult]:
+    """``--strict``: a skipped check fails (a budget nobody verified is not met)."""
+    out = []
+    for c in checks:
+        if c.verdict == SKIP:
+            c = CheckResult(c.name, FAIL, c.measured, c.limit, c.unit, c.op,
+                            f"not verified (--strict): {c.reason}" if c.reason else "not verified (--strict)")
+        out.append(c)
+    return out
 
 
 def _write_text(path: Union[str, os.PathLike], text: str) -> None:
@@ -214,6 +265,7 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
     """Run :func:`sdk.robustness.sweep` with ``runner.infer`` on the samples of ``ds`` (image
     folders: the decoded images are corrupted before preprocessing; arrays: a single image-shaped
     input is corrupted within its value range). Returns a :class:`~sdk.robustness.RobustnessResult`."""
+    from ..data import save_npz
     from ..robustness import from_hwc, sweep, to_hwc
 
     n = len(ds) if limit is None else min(limit, len(ds))
@@ -232,8 +284,7 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
         calls[0] += 1
         p = where / f"robust_{calls[0]}.npz"
         arrays = {name: batch} if specs is None else board_arrays(specs, {name: batch})
-        npz: Dict[str, Any] = arrays
-        np.savez(p, **npz)
+        save_npz(p, arrays)
         try:
             return merge_sample_axis(runner.infer(model, str(p), target=target), len(batch))
         finally:
@@ -316,7 +367,7 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.facts = board.check()
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
-            run_opts = dict(spec.run) if spec is not None else {}
+            run_opts: Dict[str, Any] = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
             out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
             if out_names:  # the model's output names differ from the reference's: match by position
                 out = {out_names.get(k, k): v for k, v in out.items()}
@@ -407,14 +458,44 @@ def _extras(spec: Any, fp32_model: Any, baseline: Any) -> Optional[_Extras]:
     return extras if (extras.fp32_model is not None or extras.baselines is not None) else None
 
 
+#: Samples of seeded random data when ``validate`` gets no data.
+RANDOM_SAMPLES = 4
+#: Measured runs (at least; and at least 1 s) without a spec: no latency budget to check, the
+#: figures are for information (a spec's ``[run] runs`` sets them; its default is 100).
+NO_SPEC_RUNS = 10
+
+
+def random_dataset(specs: Sequence[Any], input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                   samples: int = RANDOM_SAMPLES, seed: int = 0) -> Dataset:
+    """``samples`` seeded random samples for the inputs ``specs`` (see :func:`sdk.data.random_feed`),
+    batch dim 1. A dynamic batch dim (the first) defaults to 1; other dynamic dims need
+    ``input_shapes`` (:class:`InputError` names the input)."""
+    from ..data import random_feed
+    from ..tensors import check_input_names
+
+    shapes: Dict[str, Sequence[int]] = dict(input_shapes or {})
+    check_input_names(shapes, specs)
+    for s in specs:
+        if s.name not in shapes and s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0):
+            rest = [d for d in s.shape[1:] if isinstance(d, int) and d >= 0]
+            if len(rest) == len(s.shape) - 1:  # only the batch dim is dynamic: a sample of 1
+                shapes[s.name] = [1] + rest
+    feeds = [random_feed(specs, shapes, seed=seed + i) for i in range(max(1, samples))]
+    arrays = {s.name: np.concatenate([f[s.name] for f in feeds], axis=0) for s in specs}
+    return Dataset(arrays=arrays, labels=None, names=[f"random {i}" for i in range(len(feeds))],
+                   source=f"random (seed {seed})", kind="random",
+                   warnings=["no data given: seeded random inputs; outputs are compared with the reference, "
+                             "task accuracy is not measured"])
+
+
 def validate(
     model: Any,
     boards: Sequence[Any],
-    data: Union[str, os.PathLike],
+    data: Optional[Union[str, os.PathLike]] = None,
     *,
     labels: Optional[Union[str, os.PathLike]] = None,
     spec: Any = None,
-    reference: str = "onnxruntime",
+    reference: Optional[str] = None,
     reference_model: Any = None,
     preprocess: Any = None,
     limit: Optional[int] = None,
@@ -423,13 +504,17 @@ def validate(
     baseline: Optional[Union[str, os.PathLike, Sequence[BenchResult]]] = None,
     max_workers: int = 16,
     on_board: Optional[Callable[[BoardRun], None]] = None,
+    strict: bool = False,
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
     :class:`~sdk.spec.ValidationSpec`, a path to its TOML, or None (only the run itself is checked).
-    ``reference``: the host target of the FP32 reference; ``reference_model``: the model it runs
+    ``reference``: the host target of the FP32 reference (default: the one that runs the reference
+    model's format: onnxruntime for ONNX, tflite for TFLite); ``reference_model``: the model it runs
     (default: ``model`` itself; give the FP32 original when ``model`` is quantized or a .tflite).
-    ``limit``: use at most this many samples. ``parallel``: remote boards run at the same time
+    ``data`` None: :data:`RANDOM_SAMPLES` seeded random samples (``input_shapes`` fixes dynamic
+    dims). ``limit``: use at most this many samples. ``parallel``: remote boards run at the same time
     (boards on this machine, ``local`` and ``host:*``, always run one after the other so their
     measurements do not disturb each other). ``baseline``: earlier results (a file of ``sdk bench``,
     ``sdk push`` or ``sdk validate`` JSON, or a list of :class:`~sdk.result.BenchResult`); each board's
@@ -438,7 +523,8 @@ def validate(
     ``[budgets] min_speedup_vs_fp32`` the FP32 model (``reference_model``, else ``model``) is measured
     on each board beside ``model`` (``speedup.vs_fp32``). Remote boards run at most ``max_workers`` at
     once (Ansible's forks); ``on_board(run)`` is called as each board finishes (from its worker
-    thread), to stream results."""
+    thread), to stream results. ``strict``: a check of the spec that could not be
+    verified (skipped: no power sensor, no labels...) fails instead of being listed as not verified."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -454,13 +540,22 @@ def validate(
     runners = [open_runner(b) for b in boards]
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+    if data is None:
+        if labels is not None:
+            raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
+        ds = random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
+    else:
+        ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
     say = progress or (lambda _msg: None)
     ref_m = m if reference_model is None else (
         reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
     if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
         raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
                          f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    if reference is None:
+        from ..formats import default_target
+
+        reference = default_target(ref_m)
     say(f"reference: {reference} on the host ({ref_m.name}), {len(ds)} samples")
     try:
         with HostRunner(reference, name=f"reference:{reference}") as ref:
@@ -492,9 +587,12 @@ def validate(
             return run
 
         runs = _run_fleet(runners, one, parallel, max_workers)
+    if strict:
+        for r in runs:
+            r.checks = strict_checks(r.checks)
     model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
                    "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
                    "outputs": [s.to_dict() for s in m.outputs]}
     return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
                             spec=spec.to_dict() if spec is not None else {}, started=started,
-                            seconds=time.monotonic() - t0)
+                            seconds=time.monotonic() - t0, strict=strict)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Protocol, Sequen
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import EdgeSDKError, InputError
 
 if TYPE_CHECKING:
     from ..result import BenchResult
@@ -65,10 +65,10 @@ class HostRunner:
     ``name``: what reports call it (default ``host:<target>``).
     """
 
-    def __init__(self, target: str = "onnxruntime", name: Optional[str] = None, **options: Any):
-        self.target = target
+    def __init__(self, target: Optional[str] = None, name: Optional[str] = None, **options: Any):
+        self.target = target  # None: the target that runs each model's format
         self.options = dict(options)
-        self.name = name or f"host:{target}"
+        self.name = name or (f"host:{target}" if target else "host")
         self._sessions: Dict[Any, Any] = {}
 
     def __enter__(self) -> "HostRunner":
@@ -89,18 +89,22 @@ class HostRunner:
 
         facts: Dict[str, Any] = dict(host_info())
         facts["board"] = self.name
-        avail = target_class(self.target).availability()
-        facts.setdefault("runtimes", {})[self.target] = avail.version
+        for name in ([self.target] if self.target else ["onnxruntime", "tflite"]):
+            try:
+                facts.setdefault("runtimes", {})[name] = target_class(name).availability().version
+            except EdgeSDKError:
+                facts.setdefault("runtimes", {})[name] = None
         facts.update(power_mode=None, clocks_locked=None, temperatures={}, power_sensors=[],
                      notes="host runner: no power mode, clock or power sensor facts")
         return facts
 
     def _session(self, model: Any, target: Optional[str] = None, options: Optional[Mapping[str, Any]] = None):
+        from ..formats import default_target
         from ..model import Model
         from ..targets import get_target
 
         m = model if isinstance(model, Model) else Model.load(model)
-        name = target or self.target
+        name = target or self.target or default_target(m)
         opts = dict(self.options if options is None else options)
         key = (m.sha256, name, repr(sorted(opts.items())))
         if key not in self._sessions:
@@ -128,18 +132,18 @@ class HostRunner:
             out = session.run({k: np.ascontiguousarray(a[i:i + step]) for k, a in arrays.items()})
             for k, v in out.items():
                 parts.setdefault(k, []).append(np.asarray(v))
-        return {k: np.concatenate(v, axis=0) for k, v in parts.items()}
+        return {k: _join(v, batched=dynamic) for k, v in parts.items()}
 
     def infer(self, model: Any, inputs_npz_path: Union[str, os.PathLike], target: Optional[str] = None,
               **_ignored: Any) -> Dict[str, np.ndarray]:
         """Run the samples of an ``.npz`` (one array per input name, samples along axis 0) with
         this runner's target (``target`` must be it or None: a host runner has one target)."""
-        if target not in (None, self.target):
+        if target not in (None, self.target) and self.target is not None:
             raise InputError(f"the host runner '{self.name}' runs {self.target}, not {target}",
                              f"use --board host:{target}")
         with np.load(inputs_npz_path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-        session = self._session(model)
+        session = self._session(model, target)
         ranks = {s.name: len(s.shape) for s in session.inputs}
         if arrays and all(k in ranks and a.ndim == ranks[k] + 1 for k, a in arrays.items()):
             # the board agent's convention: an extra leading axis indexes samples, one feed each
@@ -173,6 +177,15 @@ class HostRunner:
         return res
 
 
+def _join(parts: list, batched: bool) -> np.ndarray:
+    """Outputs of consecutive runs with samples along axis 0: concatenated when the runs were
+    batches or every output leads with a batch dim of 1; else stacked (an output whose first
+    axis is not the batch, e.g. a CRNN's [seq, 1, classes])."""
+    if batched or all(p.ndim >= 1 and p.shape[0] == 1 for p in parts):
+        return np.concatenate(parts, axis=0)
+    return np.stack(parts)
+
+
 def open_runner(board: Union[str, Runner]) -> Runner:
     """The runner for ``board``: a runner object is returned as is; ``host:<target>`` is a
     :class:`HostRunner`; any other name is a :class:`sdk.remote.Board` (a context manager;
@@ -182,8 +195,9 @@ def open_runner(board: Union[str, Runner]) -> Runner:
     if board.startswith("host:"):
         from ..targets import target_class
 
-        target = board.split(":", 1)[1] or "onnxruntime"
-        target_class(target)            # an unknown target is a usage error (exit 2), not a NO-GO
+        target = board.split(":", 1)[1] or None
+        if target is not None:
+            target_class(target)        # an unknown target is a usage error (exit 2), not a NO-GO
         return HostRunner(target, name=board)
     from ..remote.board import Board
 

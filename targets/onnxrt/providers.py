@@ -18,6 +18,10 @@ PROVIDERS: Dict[str, str] = {
     "dml": "DmlExecutionProvider",
     "acl": "ACLExecutionProvider",
 }
+#: Providers that do not run a model on this machine (Azure: calls a cloud endpoint): never listed
+#: as what the target runs on.
+NOT_LOCAL = ("AzureExecutionProvider",)
+
 _INSTALL = {
     "cuda": "pip install onnxruntime-gpu",
     "tensorrt": "pip install onnxruntime-gpu (and TensorRT)",

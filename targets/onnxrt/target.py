@@ -54,7 +54,7 @@ class OnnxRuntimeTarget(Target):
             return Availability(True, version=version)
         try:
             ort = import_ort()
-            provs = list(ort.get_available_providers())
+            provs = [p for p in ort.get_available_providers() if p not in _providers.NOT_LOCAL]
         except TargetUnavailableError as exc:
             return Availability(False, version=version, reason=exc.message)
         except Exception as exc:  # a broken native library surfaces as anything

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ...errors import BuildError, InputError, InvalidModelError, TargetUnavailableError
-from ...formats.tflite import TFLiteRuntime
+from ...formats.tflite import TFLiteRuntime, quiet_native_info
 
 QUANTIZED_IO = ("float", "raw")
 
@@ -186,7 +186,8 @@ def create_interpreter(rt: TFLiteRuntime, config: InterpreterConfig, model_path:
         kwargs["experimental_delegates"] = delegates
     source = {"model_path": os.fspath(model_path)} if model_path is not None else {"model_content": model_content}
     try:
-        interp = rt.Interpreter(**source, **kwargs)
+        with quiet_native_info():
+            interp = rt.Interpreter(**source, **kwargs)
     except (ValueError, RuntimeError) as exc:
         text = str(exc).strip() and _first(exc)
         if delegates and "flatbuffer" not in text.lower():
@@ -199,7 +200,8 @@ def create_interpreter(rt: TFLiteRuntime, config: InterpreterConfig, model_path:
             ) from exc
         raise InvalidModelError(f"{rt.name} cannot load the model: {text or type(exc).__name__}") from exc
     try:
-        interp.allocate_tensors()
+        with quiet_native_info():
+            interp.allocate_tensors()
     except (ValueError, RuntimeError) as exc:
         text = _first(exc)
         if "custom op" in text.lower() or "unresolved" in text.lower() or "op " in text.lower():

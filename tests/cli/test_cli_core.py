@@ -22,10 +22,10 @@ def test_help_lists_commands():
 
 
 def test_inspect_json(example_model):
-    info = json.loads(sdk("inspect", example_model, "--json").stdout)
+    info = json.loads(sdk("inspect", example_model, "--json", "-").stdout)
     assert info["inputs"][0]["name"] == "image" and info["format"] == "onnx"
     assert info["macs"] is None  # dynamic batch
-    fixed = json.loads(sdk("inspect", example_model, "--json", "--input-shape", "image=1x1x8x8").stdout)
+    fixed = json.loads(sdk("inspect", example_model, "--json", "-", "--input-shape", "image=1x1x8x8").stdout)
     assert fixed["macs"] == 8 * 8 * 8 * 9 + 16 * 4 * 4 * 72 + 256 * 10
 
 

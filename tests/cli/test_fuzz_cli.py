@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Tuple
 
 import numpy as np
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "digits" / "digits_cnn.onnx"

@@ -187,7 +187,7 @@ def test_infer_per_sample_and_one_feed(pyz, tmp_path, example_model, example_eva
     np.testing.assert_allclose(got[:, 0], expect, rtol=1e-5, atol=1e-5)
     rc, doc, _ = agent(pyz, "infer", {"model_path": str(example_model), "inputs_npz": str(tmp_path / "feed.npz"),
                                       "outputs_npz": str(tmp_path / "feed_out.npz")})
-    assert rc == 0 and doc["samples"] == 1 and not doc["batched"]
+    assert rc == 0 and doc["samples"] == 5 and not doc["batched"]  # rows of the batch axis, run together
     np.testing.assert_allclose(np.load(tmp_path / "feed_out.npz")["logits"], expect, rtol=1e-5, atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp file left
 

@@ -25,10 +25,15 @@ def test_random_feed_needs_dynamic_dims():
 
 
 def test_npz_roundtrip(tmp_path):
+    # "b" has no batch axis: the file is one feed as it is
     p = tmp_path / "in.npz"
     np.savez(p, a=np.ones((2, 3), np.float32), b=np.arange(2))
     feeds = load_feeds(p, SPECS)
     assert len(feeds) == 1 and feeds[0]["b"].tolist() == [0, 1]
+    # an extra first axis: one feed per sample
+    np.savez(p, a=np.ones((5, 2, 3), np.float32), b=np.tile(np.arange(2), (5, 1)))
+    feeds = load_feeds(p, SPECS)
+    assert len(feeds) == 5 and feeds[4]["a"].shape == (2, 3) and feeds[4]["b"].tolist() == [0, 1]
 
 
 def test_npz_wrong_dtype(tmp_path):
@@ -51,8 +56,12 @@ def test_npz_missing_and_extra(tmp_path):
 def test_npy_single_input_and_batch_axis(tmp_path):
     spec = [TensorSpec("x", (1, 4), "float32")]
     np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(3, 4))
-    feeds = list(iter_feeds(tmp_path / "x.npy", spec, batch_axis=True))
+    feeds = list(iter_feeds(tmp_path / "x.npy", spec))  # rows of the batch axis
     assert len(feeds) == 3 and feeds[2]["x"].shape == (1, 4) and feeds[2]["x"][0, 0] == 8
+    np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(3, 1, 4))
+    feeds = list(iter_feeds(tmp_path / "x.npy", spec))  # an extra sample axis
+    assert len(feeds) == 3 and feeds[1]["x"].shape == (1, 4) and feeds[1]["x"][0, 0] == 4
+    np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(3, 4, 1))
     with pytest.raises(InputError, match="shape"):
         load_feeds(tmp_path / "x.npy", spec)
 
@@ -60,7 +69,8 @@ def test_npy_single_input_and_batch_axis(tmp_path):
 def test_folder_and_missing(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         load_feeds(tmp_path / "none", SPECS)
-    with pytest.raises(InputError, match="no .npy or .npz"):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(InputError, match="no images"):
         load_feeds(tmp_path, SPECS)
 
 

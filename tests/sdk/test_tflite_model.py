@@ -100,7 +100,7 @@ def test_onnx_only_transforms_say_so():
 
 
 def test_cli_inspect_json(capsys):
-    code, out, err = run_cli(["inspect", str(DATA / "digits_int8.tflite"), "--json"], capsys)
+    code, out, err = run_cli(["inspect", str(DATA / "digits_int8.tflite"), "--json", "-"], capsys)
     assert code == 0, err
     info = json.loads(out)
     assert info["format"] == "tflite" and info["inputs"][0]["dtype"] == "int8"
