@@ -321,7 +321,7 @@ class _Run:
         self.skipped = getattr(self.source, "skipped", 0)  # before any later pass over the source resets it
         source_warnings = list(getattr(self.source, "warnings", []))
         for w in source_warnings[:5]:
-            warnings.warn(w)
+            warnings.warn(w, stacklevel=2)
         self.warnings = source_warnings + self.warnings
 
     def plan(self) -> None:

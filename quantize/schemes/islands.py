@@ -26,7 +26,7 @@ class IslandScheme(Scheme):
     description = "ONNX Runtime CPU/mobile: QDQ U8S8 (or S8S8), per-channel weights, int32 bias"
     default_method = "percentile"
     activation_symmetric = False
-    activation_dtypes = ("uint8", "int8")
+    activation_dtypes: ClassVar[Tuple[str, ...]] = ("uint8", "int8")
     weight_qdq_pair = False
     quantize_bias = True
 

@@ -34,7 +34,7 @@ class OnnxRuntimeScheme(Scheme):
     description = "ONNX Runtime CPU: QDQ where ORT fuses int8 kernels (U8S8), per-channel weights, int32 bias"
     default_method = "auto"
     activation_symmetric = False
-    activation_dtypes = ("uint8", "int8")
+    activation_dtypes: ClassVar[Tuple[str, ...]] = ("uint8", "int8")
     weight_qdq_pair = False
     quantize_bias = True
     host_runtime = True

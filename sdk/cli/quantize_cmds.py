@@ -1,7 +1,7 @@
 """``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -97,7 +97,7 @@ def quantize_cmd(
         raise typer.Exit(1)
 
 
-def _print_report(rep, report) -> None:
+def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     from ._common import console
 
     c = console()

@@ -8,7 +8,7 @@ outputs are never folded away. The result passes ``onnx.checker``.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def _constant_value(node: Any) -> Optional[np.ndarray]:
     return None
 
 
-def _fold_pass(nodes: List[Any], values: Dict[str, np.ndarray], keep: set) -> Tuple[List[Any], int]:
+def _fold_pass(nodes: List[Any], values: Dict[str, np.ndarray], keep: Set[str]) -> Tuple[List[Any], int]:
     """One topological sweep: nodes whose inputs are all known become values. Returns the nodes
     that stay and how many were folded."""
     out: List[Any] = []
@@ -164,7 +164,7 @@ def fold_constants(proto: Any) -> Tuple[Any, int]:
     return out, folded
 
 
-def _rewrite(out: Any, nodes: List[Any], values: Dict[str, np.ndarray], known: set, inputs: set, keep: set) -> None:
+def _rewrite(out: Any, nodes: List[Any], values: Dict[str, np.ndarray], known: Set[str], inputs: Set[str], keep: Set[str]) -> None:
     """Replace the graph's nodes with ``nodes`` and its initializers with the used ones plus the
     folded values (graph inputs too before IR 4; stale value_info dropped)."""
     from onnx import helper, numpy_helper
@@ -186,11 +186,11 @@ def _rewrite(out: Any, nodes: List[Any], values: Dict[str, np.ndarray], known: s
     g.value_info.extend(vis)
 
 
-def _subgraph_inputs(nodes: List[Any]) -> set:
+def _subgraph_inputs(nodes: List[Any]) -> Set[str]:
     """Names read inside the subgraphs of ``nodes`` (If/Loop/Scan bodies): outer-scope values."""
     from onnx import AttributeProto
 
-    names: set = set()
+    names: Set[str] = set()
     stack = [a.g for n in nodes for a in n.attribute if a.type == AttributeProto.GRAPH]
     stack += [g for n in nodes for a in n.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
     while stack:
