@@ -349,6 +349,7 @@ class _Run:
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
                                     "it needs Conv, Gemm, MatMul or similar with float weights")
         self.layers_full = len(self.qplan.layers)
+        self.weights_full = len(self.qplan.weights)  # coverage before any fallback or speed choice
 
     def _first_feed(self) -> Dict[str, np.ndarray]:
         if self.feed is None:
@@ -488,7 +489,8 @@ class _Run:
                             "executor": stats.meta.get("executor", "threads")},
             "layers": {"quantized": len(plan.layers), "quantizable": self.layers_full,
                        "activations_with_qdq": len(plan.activations), "weights": len(plan.weights),
-                       "weights_total": _weight_total(self.work), "int32_biases": len(plan.biases)},
+                       "weights_planned": self.weights_full, "weights_total": _weight_total(self.work),
+                       "int32_biases": len(plan.biases)},
             "bias_correction": {"enabled": cfg.bias_correction, "corrected_layers": self.builder.corrected},
             "warnings": self.warnings,
             "accuracy": self.accuracy_report,
