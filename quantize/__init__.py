@@ -4,11 +4,15 @@ Layout (where things go):
 
 - ``stats.py``       streaming histograms that merge exactly (:class:`CalibrationStats`, the artifact)
 - ``methods.py``     calibration methods registry: minmax, percentile, entropy, mse (add yours here)
-- ``calibrate.py``   the one FP32 pass (ONNX Runtime, activations exposed as outputs, worker processes)
+- ``calibrate.py``   the one FP32 pass (ONNX Runtime, activations exposed as outputs, worker threads,
+                     adaptive batches; ``calibrate_shard`` maps a shard of samples to mergeable stats)
 - ``schemes/``       one module per target scheme (onnxruntime, tensorrt, tflite), in a registry
 - ``qdq.py``         QDQ emission and the exportable per-tensor ranges
 - ``trtcache.py``    TensorRT calibration cache write/read
-- ``accuracy.py``    INT8 vs FP32 report, per-layer sensitivity, fallback budget
+- ``accuracy.py``    INT8 vs FP32 report, budget
+- ``fallback.py``    layers ranked in one pass, doubling/bisecting float fallback
+- ``speed.py``       FP32 vs INT8 host latency (interleaved medians) for the speed-aware plan
+- ``fusion.py``      what ONNX Runtime runs: int8 kernels in its optimized graph
 - ``bias_correction.py``
 - ``api.py``         :func:`quantize`, the Python API behind ``sdk quantize``
 
@@ -21,6 +25,8 @@ from .._lazy import lazy_exports
 _LAZY = {
     "quantize": "sdk.quantize.api",
     "QuantizeResult": "sdk.quantize.api",
+    "QuantizeConfig": "sdk.quantize.api",
+    "fusion_report": "sdk.quantize.fusion",
     "load_or_calibrate": "sdk.quantize.api",
     "calibrate": "sdk.quantize.calibrate",
     "CalibrationStats": "sdk.quantize.stats",

@@ -42,9 +42,19 @@ class OutputAccumulator:
         self.top1_same = 0
         self.rows = 0
         self.classifier = True
+        self.integer = False
+        self.equal = self.elements = 0
 
     def update(self, ref: np.ndarray, out: np.ndarray) -> None:
+        if np.asarray(ref).dtype.kind in "iub":  # indices / labels (argmax outputs): exact agreement
+            self.integer = True
+            same = np.asarray(ref) == np.asarray(out) if np.shape(ref) == np.shape(out) else np.zeros(1, bool)
+            self.equal += int(np.sum(same))
+            self.elements += max(int(np.size(ref)), int(np.size(out)))
         r, o = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+        if r.shape != o.shape:  # dynamic output length (sequence models): compare the common part
+            n = min(r.size, o.size)
+            r, o = r.reshape(-1)[:n], o.reshape(-1)[:n]
         self.dot += float(np.sum(r * o))
         self.ref2 += float(np.sum(r * r))
         self.out2 += float(np.sum(o * o))
@@ -62,34 +72,47 @@ class OutputAccumulator:
         cos = 1.0 if na == nb == 0 else (0.0 if na == 0 or nb == 0 else self.dot / (na * nb))
         snr = math.inf if self.noise == 0 else (-math.inf if self.ref2 == 0 else 10 * math.log10(self.ref2 / self.noise))
         row = {"cosine": cos, "snr_db": snr, "max_abs_error": self.max_abs}
-        if self.classifier and self.rows:
+        if self.classifier and self.rows and not self.integer:
             row["top1_agreement"] = self.top1_same / self.rows
+        if self.integer:
+            row["element_agreement"] = self.equal / self.elements if self.elements else 1.0
         return row
 
 
 def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], List[Any], int]],
-             label_output: Optional[str] = None) -> Dict[str, Any]:
+             label_output: Optional[str] = None, ref_cache: Optional[List[Dict[str, np.ndarray]]] = None,
+             task_metric: Optional[Callable[[Any, Any], float]] = None) -> Dict[str, Any]:
     """Run both sessions on every batch; returns ``{"samples", "outputs": {name: metrics},
-    "task": {"metric": "top1_accuracy", "fp32", "int8", "drop_points"} (when labels)}``."""
+    "task": {"metric": "top1_accuracy", "fp32", "int8", "drop_points"} (when labels)}``.
+    ``ref_cache``: a list the FP32 outputs are kept in (batch by batch) on the first call and read
+    from on the next ones (the same batches again: the fallback search evaluates many candidates)."""
     names = [o.name for o in ref_sess.get_outputs()]
     acc = {n: OutputAccumulator() for n in names}
     samples = 0
-    correct_ref = correct_q = labelled = 0
+    counts = [0, 0, 0]  # correct FP32, correct INT8, labelled
     label_output = label_output or names[0]
-    for feed, labels, n in batches:
-        ref = dict(zip(names, ref_sess.run(names, feed)))
+    filled = ref_cache is not None and len(ref_cache) > 0
+    refs: List[List[np.ndarray]] = []
+    cands: List[List[np.ndarray]] = []
+    for b, (feed, labels, n) in enumerate(batches):
+        if filled:
+            ref = ref_cache[b]  # type: ignore[index]
+        else:
+            ref = dict(zip(names, ref_sess.run(names, feed)))
+            if ref_cache is not None:
+                ref_cache.append(ref)
         out = dict(zip(names, q_sess.run(names, feed)))
+        if task_metric is not None:
+            refs.append([ref[k] for k in names])
+            cands.append([out[k] for k in names])
         for k in names:
             acc[k].update(ref[k], out[k])
         samples += n
-        if labels and all(lab is not None for lab in labels):
-            y = np.asarray([np.asarray(lab).reshape(-1)[0] for lab in labels]).astype(np.int64)
-            r, o = ref[label_output], out[label_output]
-            if r.ndim == 2 and r.shape[0] == len(y):
-                correct_ref += int(np.sum(np.argmax(r, -1) == y))
-                correct_q += int(np.sum(np.argmax(o, -1) == y))
-                labelled += len(y)
+        _count_labels(labels, ref[label_output], out[label_output], counts)
+    correct_ref, correct_q, labelled = counts
     result: Dict[str, Any] = {"samples": samples, "outputs": {k: a.result() for k, a in acc.items()}}
+    if task_metric is not None:
+        result["task_metric"] = float(task_metric(refs, cands))
     if labelled:
         fp32, int8 = 100.0 * correct_ref / labelled, 100.0 * correct_q / labelled
         result["task"] = {"metric": "top1_accuracy", "output": label_output, "labelled": labelled,
@@ -97,17 +120,36 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
     return result
 
 
+def _count_labels(labels: List[Any], r: np.ndarray, o: np.ndarray, counts: List[int]) -> None:
+    """Top-1 hits of FP32 and INT8 against the labels of a batch (when it has them)."""
+    if not labels or any(lab is None for lab in labels):
+        return
+    y = np.asarray([np.asarray(lab).reshape(-1)[0] for lab in labels]).astype(np.int64)
+    if r.ndim == 2 and r.shape[0] == len(y):
+        counts[0] += int(np.sum(np.argmax(r, -1) == y))
+        counts[1] += int(np.sum(np.argmax(o, -1) == y))
+        counts[2] += len(y)
+
+
 @dataclass
 class Budget:
     """What the INT8 model must keep: ``max_drop`` points of the task metric (needs labels), and/or a
-    minimum cosine of every output against FP32."""
+    minimum cosine of every float output against FP32 (for integer outputs such as argmax indices:
+    the fraction of equal elements)."""
 
     max_drop: Optional[float] = None
     min_cosine: Optional[float] = None
+    min_task_metric: Optional[float] = None
+
+    def describe(self) -> str:
+        parts = ([f"max drop {self.max_drop:g} points"] if self.max_drop is not None else []) + \
+            ([f"min cosine {self.min_cosine:g}"] if self.min_cosine is not None else []) + \
+            ([f"task metric >= {self.min_task_metric:g}"] if self.min_task_metric is not None else [])
+        return ", ".join(parts) or "none"
 
     @property
     def active(self) -> bool:
-        return self.max_drop is not None or self.min_cosine is not None
+        return self.max_drop is not None or self.min_cosine is not None or self.min_task_metric is not None
 
     def holds(self, result: Mapping[str, Any]) -> bool:
         if self.max_drop is not None and "task" in result and result["task"]["drop_points"] > self.max_drop:
@@ -117,9 +159,17 @@ class Budget:
             agree = [o.get("top1_agreement") for o in result["outputs"].values() if "top1_agreement" in o]
             if agree and 100.0 * (1.0 - min(agree)) > self.max_drop:
                 return False
-        if self.min_cosine is not None and any(o["cosine"] < self.min_cosine for o in result["outputs"].values()):
+        if self.min_cosine is not None and any(_similarity(o) < self.min_cosine for o in result["outputs"].values()):
+            return False
+        if self.min_task_metric is not None and result.get("task_metric", 1.0) < self.min_task_metric:
             return False
         return True
+
+
+def _similarity(row: Mapping[str, Any]) -> float:
+    """What ``min_cosine`` bounds: the cosine of a float output, the fraction of equal elements of an
+    integer one (argmax indices: a cosine of class ids means nothing)."""
+    return float(row["element_agreement"]) if "element_agreement" in row else float(row["cosine"])
 
 
 def layer_sensitivity(build: Callable[[Sequence[str]], Any], layers: Sequence[str], feeds: Sequence[Dict[str, np.ndarray]],

@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -32,7 +32,7 @@ from .schemes import get_scheme
 from .schemes.base import QParams, QuantPlan, Scheme, ensure_node_names
 from .stats import CalibrationStats
 
-__all__ = ["quantize", "QuantizeResult", "load_or_calibrate", "MIN_OPSET", "cache_dir"]
+__all__ = ["quantize", "QuantizeConfig", "QuantizeResult", "DEFAULT_MIN_COSINE", "load_or_calibrate", "MIN_OPSET", "cache_dir"]
 
 MIN_OPSET = 13
 ProgressFn = Callable[[str, int, Optional[int]], None]
@@ -51,6 +51,12 @@ class QuantizeResult:
     qparams: Dict[str, QParams]
     scheme: Scheme
     extras: Dict[str, str] = field(default_factory=dict)
+    failures: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """False when a budget, the speed check or the coverage did not hold (see ``failures``)."""
+        return not self.failures
 
 
 def cache_dir() -> Path:
@@ -60,6 +66,10 @@ def cache_dir() -> Path:
 
 
 def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Tuple[Any, Dict[str, Any]]:
+    """Load, fold constants (weights in ``Constant`` nodes or behind Identity/Cast/Transpose chains
+    become initializers), upgrade to opset 13 (per-channel DequantizeLinear) when the converter can,
+    else keep the opset and note ``per_tensor_only``; then fix the input shapes that were asked for."""
+    from ..errors import ModelError
     from ..model import Model
     from .graph import check_not_quantized
 
@@ -68,11 +78,17 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
         raise InputError(f"'{m.name}' is a {m.format} model; quantization takes an FP32 ONNX model")
     check_not_quantized(m.proto, m.name)
     notes: Dict[str, Any] = {"source_sha256": m.sha256, "opset_in": m.opset}
+    folded = m.fold_constants()
+    notes["constants_folded"] = 0 if folded is m else len(m.proto.graph.node) - len(folded.proto.graph.node)
+    m = folded
+    if (m.opset or 0) < MIN_OPSET:
+        try:
+            m = m.with_opset(MIN_OPSET)
+            notes["opset_upgraded_to"] = MIN_OPSET
+        except ModelError as exc:
+            notes["per_tensor_only"] = str(exc)
     if input_shapes:
         m = m.with_input_shapes(input_shapes)
-    if (m.opset or 0) < MIN_OPSET:
-        m = m.with_opset(MIN_OPSET)
-        notes["opset_upgraded_to"] = MIN_OPSET
     import onnx
 
     proto = onnx.ModelProto()
@@ -172,199 +188,414 @@ class _Builder:
         self.idx = idx if idx is not None else GraphIndex(proto)  # shape inference: reuse the caller's
         self.corrected = 0
 
-    def build(self, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> Tuple[Any, QuantPlan, Dict[str, QParams]]:
+    def build(self, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None,
+              scheme: Optional[Scheme] = None) -> Tuple[Any, QuantPlan, Dict[str, QParams]]:
         from .bias_correction import correct_biases
         from .graph import GraphIndex
         from .qdq import emit_qdq
 
-        plan = self.scheme.plan(self.idx, exclude=exclude, only=only)
+        scheme = scheme or self.scheme
+        plan = scheme.plan(self.idx, exclude=exclude, only=only)
         proto, idx = self.proto, self.idx
         if self.bias_correction and plan.weights:
-            proto, self.corrected = correct_biases(proto, plan, self.stats, self.scheme.reduce_range)
+            proto, self.corrected = correct_biases(proto, plan, self.stats, scheme.reduce_range)
             idx = GraphIndex(proto)
-            plan = self.scheme.plan(idx, exclude=exclude, only=only)
-        qproto, qparams = emit_qdq(proto, plan, self.ranges, self.scheme)
+            plan = scheme.plan(idx, exclude=exclude, only=only)
+        qproto, qparams = emit_qdq(proto, plan, self.ranges, scheme)
         return qproto, plan, qparams
 
 
-def quantize(
-    model: Any,
-    calib: Any,
-    *,
-    output: Optional[Union[str, os.PathLike]] = None,
-    target: str = "onnxruntime",
-    method: Optional[str] = None,
-    method_params: Optional[Mapping[str, Any]] = None,
-    preprocess: Any = None,
-    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-    eval_data: Any = None,
-    labels: Any = None,
-    max_drop: Optional[float] = None,
-    min_cosine: Optional[float] = None,
-    max_fallback: int = 8,
-    sensitivity: Optional[bool] = None,
-    sensitivity_samples: int = 32,
-    bias_correction: bool = True,
-    per_channel: bool = True,
-    reduce_range: bool = False,
-    activation_dtype: Optional[str] = None,
-    exclude: Sequence[str] = (),
-    workers: Optional[int] = None,
-    executor: Any = None,
-    executor_options: Optional[Mapping[str, Any]] = None,
-    batch_size: Optional[int] = None,
-    calib_limit: Optional[int] = None,
-    stats_path: Optional[Union[str, os.PathLike]] = None,
-    use_cache: bool = True,
-    report_path: Optional[Union[str, os.PathLike]] = None,
-    trt_cache: Optional[Union[str, os.PathLike]] = None,
-    trt_version: Optional[str] = None,
-    ranges_path: Optional[Union[str, os.PathLike]] = None,
-    progress: Optional[ProgressFn] = None,
-) -> QuantizeResult:
-    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX) for ``target`` (a scheme name:
+DEFAULT_MIN_COSINE = 0.99
+DEFAULT_MIN_TASK_METRIC = 0.99
+#: the speed-aware plan times op-type variants only when the full INT8 plan is less than this much faster
+SEARCH_BELOW_SPEEDUP = 1.15
+
+
+@dataclass
+class QuantizeConfig:
+    """Everything :func:`quantize` takes besides the model and the calibration data (the CLI builds
+    one from its options). ``method`` None: the scheme's default (``auto`` for onnxruntime).
+    With ``eval_data`` and no budget, ``min_cosine`` defaults to :data:`DEFAULT_MIN_COSINE`;
+    ``budget=False`` turns the default off. ``task_metric(reference, candidate)``: the task's own
+    agreement of INT8 with FP32 (per-sample lists of output arrays in, 1.0 = same result; e.g.
+    ``sdk.corpus.metric``), bounded below by ``min_task_metric`` (default 0.99 when a task metric is
+    given; it then replaces the default cosine budget). ``speed_check``: on the host target (onnxruntime), measure
+    FP32 against INT8 variants and keep in float the op types whose int8 form is slower; a slower
+    INT8 model is a failure unless ``allow_slower``."""
+
+    target: str = "onnxruntime"
+    method: Optional[str] = None
+    method_params: Dict[str, Any] = field(default_factory=dict)
+    preprocess: Any = None
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None
+    eval_data: Any = None
+    labels: Any = None
+    max_drop: Optional[float] = None
+    min_cosine: Optional[float] = None
+    budget: bool = True
+    task_metric: Optional[Callable[[Any, Any], float]] = None
+    min_task_metric: Optional[float] = None
+    max_fallback: Optional[int] = None
+    sensitivity: Optional[bool] = None
+    sensitivity_samples: int = 16
+    bias_correction: bool = True
+    per_channel: bool = True
+    reduce_range: bool = False
+    activation_dtype: Optional[str] = None
+    exclude: Sequence[str] = ()
+    workers: Optional[int] = None
+    executor: Any = None
+    executor_options: Optional[Mapping[str, Any]] = None
+    batch_size: Optional[int] = None
+    calib_limit: Optional[int] = None
+    stats_path: Optional[Union[str, os.PathLike]] = None
+    use_cache: bool = True
+    report_path: Optional[Union[str, os.PathLike]] = None
+    trt_cache: Optional[Union[str, os.PathLike]] = None
+    trt_version: Optional[str] = None
+    ranges_path: Optional[Union[str, os.PathLike]] = None
+    speed_check: bool = True
+    allow_slower: bool = False
+    progress: Optional[ProgressFn] = None
+
+
+def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
+             output: Optional[Union[str, os.PathLike]] = None, **options: Any) -> QuantizeResult:
+    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX) for ``config.target`` (a scheme name:
     onnxruntime, tensorrt, tflite) from ``calib`` (image folder + ``preprocess``, ``.npy``/``.npz``
-    file or folder, or an iterable of feeds).
+    file or folder, or an iterable of feeds). ``options`` override fields of ``config``
+    (:class:`QuantizeConfig`); ``output``: the INT8 ``.onnx``.
 
-    ``method``: minmax | percentile | entropy | mse (default: the scheme's). ``eval_data``: held-out
-    data (``.npz`` with ``y`` labels, or with ``labels`` a ``.npy`` of class ids) for the accuracy
-    report; ``max_drop`` (points of top-1 accuracy, or of top-1 agreement without labels) and/or
-    ``min_cosine`` set the budget that the fallback keeps by leaving the most sensitive layers in
-    float (at most ``max_fallback``). ``output``: the INT8 ``.onnx``; TensorRT also writes its
-    calibration cache (``trt_cache``, default ``OUTPUT`` with ``.calib.cache``), TFLite the ranges
-    JSON (``ranges_path``, default ``OUTPUT`` with ``.ranges.json``). Every file is written atomically,
-    and only once the model passed the checker and loads in ONNX Runtime. ``executor``: where the
-    calibration pass runs (``threads``, ``ray`` or an ``Executor``; :mod:`sdk.quantize.executors`),
-    with ``executor_options`` (e.g. ``{"address": "HOST:6379"}`` for ``ray``); ``workers``: its
-    threads or actors. The result does not depend on the executor.
+    Steps: prepare (fold constants, upgrade the opset, fix shapes), calibrate once (streamed), ranges
+    by ``method`` (``auto`` picks per tensor), plan Q/DQ by the scheme, on the host target keep the
+    op types that run faster in int8, measure accuracy on ``eval_data`` and keep the layers that
+    break the budget in float (ranked in one pass, then a doubling/bisecting search), write every
+    file atomically once the model passed the checker and loads in ONNX Runtime.
+
+    Returns a :class:`QuantizeResult`; ``result.failures`` lists what did not hold (budget, speed,
+    nothing quantized): the model is still written and the report says why.
     """
-    from ..sources import batched, open_source
-    from .accuracy import Budget, evaluate, layer_sensitivity, ort_session
-    from .graph import GraphIndex, fold_batchnorm
-
+    try:
+        cfg = replace(config or QuantizeConfig(), **options)
+    except TypeError as exc:
+        raise InputError(f"quantize(): {exc}") from None
     t_start = time.perf_counter()
-    scheme = get_scheme(target, per_channel=per_channel, reduce_range=reduce_range, activation_dtype=activation_dtype)
-    method = method or scheme.default_method
-    from .executors import get_executor
-    from .methods import get_method
-
-    get_method(method)  # unknown method: fail before any work
-    executor = get_executor(executor, **dict(executor_options or {}))
-    prepared, notes = _prepare(model, input_shapes)
-    source = open_source(calib, prepared.inputs, preprocess, limit=calib_limit)
-    stats, calib_info = load_or_calibrate(prepared, source, stats_path=stats_path, use_cache=use_cache,
-                                          workers=workers, batch_size=batch_size, progress=progress,
-                                          executor=executor)
-    source_warnings = list(getattr(source, "warnings", []))
-    source_warnings += list(calib_info.get("warnings", [])) + _constant_input_warnings(stats, prepared.inputs)
-    for w in source_warnings[:5]:
-        warnings.warn(w, stacklevel=2)
-
-    work = prepared.proto
-    folded = 0
-    if scheme.fold_batchnorm:
-        work, folded = fold_batchnorm(work)
-    # ranges of what the scheme can quantize (all tensors for TensorRT's cache and exported ranges)
-    work_idx = GraphIndex(work)
-    if scheme.writes_calibration_cache or scheme.exports_ranges or ranges_path is not None:
-        wanted = None
-    else:
-        full = scheme.plan(work_idx)
-        wanted = set(full.activations) | {t for g in full.shared for t in g}
-    ranges = _ranges(stats, method, dict(method_params or {}), scheme.activation_symmetric, wanted)
-    builder = _Builder(work, scheme, stats, ranges, bias_correction, work_idx)
-    qproto, plan, qparams = builder.build(exclude=exclude)
-    if not plan.layers:
-        raise QuantizationError(f"'{prepared.name}' has no op that the {scheme.name} scheme quantizes",
-                                "it needs Conv, Gemm, MatMul or similar with float weights")
-    ref_sess = ort_session(work)
-    q_sess = ort_session(qproto)
-
-    report: Dict[str, Any] = {
-        "model": {"path": str(prepared.origin) if prepared.origin else None, "sha256": notes["source_sha256"],
-                  "opset_in": notes["opset_in"], "opset_upgraded_to": notes.get("opset_upgraded_to"),
-                  "batchnorm_folded": folded},
-        "target": scheme.name,
-        "scheme": scheme.options(),
-        "method": {"name": method, "params": dict(method_params or {})},
-        "calibration": {"samples": stats.samples, "time_s": round(calib_info["time_s"], 3),
-                        "reused_statistics": calib_info["reused"], "tensors": len(stats.tensors),
-                        "skipped": getattr(source, "skipped", 0),
-                        "workers": stats.meta.get("workers"), "batch_size": stats.meta.get("batch_size"),
-                        "executor": stats.meta.get("executor", "threads")},
-        "layers": {"quantized": len(plan.layers), "activations_with_qdq": len(plan.activations),
-                   "weights": len(plan.weights), "int32_biases": len(plan.biases)},
-        "bias_correction": {"enabled": bias_correction, "corrected_layers": builder.corrected},
-        "warnings": source_warnings,
-        "accuracy": None,
-        "sensitivity": None,
-        "fallback_layers": [],
-    }
-    if notes.get("opset_upgraded_to"):
-        report["warnings"].append(f"opset upgraded from {notes['opset_in']} to {MIN_OPSET} (per-channel DequantizeLinear needs it)")
-
-    budget = Budget(max_drop, min_cosine)
-    if budget.active and eval_data is None:
-        raise InputError("--max-drop / --min-cosine need held-out data", "pass --eval PATH")
-    if eval_data is not None:
-        eval_src = _eval_source(eval_data, labels, prepared)
-        eb = 8 if _dynamic_batch(prepared) else 1
-
-        def run_eval(qs) -> Dict[str, Any]:
-            return evaluate(ref_sess, qs, _with_labels(batched(eval_src.samples(), eb), labels))
-
-        result = run_eval(q_sess)
-        report["accuracy"] = result
-        needs_fallback = budget.active and not budget.holds(result)
-        if sensitivity or needs_fallback:
-            feeds, refs = _subset(eval_src, ref_sess, sensitivity_samples)
-            layers = list(plan.layers)
-            sens = layer_sensitivity(lambda only: builder.build(only=only)[0], layers, feeds, refs,
-                                     progress=(lambda d, t: progress("sensitivity", d, t)) if progress else None)
-            report["sensitivity"] = sens
-            fallback: List[str] = list(exclude)
-            for row in sens[:max_fallback] if needs_fallback else []:
-                fallback.append(row["layer"])
-                qproto, plan, qparams = builder.build(exclude=fallback)
-                q_sess = ort_session(qproto)
-                result = run_eval(q_sess)
-                if budget.holds(result):
-                    break
-            report["fallback_layers"] = [f for f in fallback if f not in exclude]
-            report["accuracy"] = result
-            report["layers"].update({"quantized": len(plan.layers), "activations_with_qdq": len(plan.activations)})
-            if budget.active and not budget.holds(result):
-                report["warnings"].append(
-                    f"the accuracy budget does not hold even with {len(report['fallback_layers'])} layers in float")
-        report["budget"] = {"max_drop": max_drop, "min_cosine": min_cosine,
-                            "holds": budget.holds(result) if budget.active else None}
-
-    qmodel = prepared.derive(qproto)
-    extras: Dict[str, Any] = {}
-    if scheme.writes_calibration_cache:
-        extras["trt_scales"] = {n: max(abs(r[0]), abs(r[1])) / 127.0 for n, r in ranges.items()}
-    if scheme.exports_ranges or ranges_path is not None:
-        from .qdq import export_ranges
-
-        extras["ranges"] = export_ranges(plan, ranges, qparams, builder.proto, scheme, all_ranges=ranges)
-    report["time_s"] = round(time.perf_counter() - t_start, 3)
-    res = QuantizeResult(qmodel, report, stats, ranges, plan, qparams, scheme)
+    run = _Run(cfg)
+    run.prepare(model)
+    run.calibrate(calib)
+    run.plan()
+    run.speed_plan()
+    run.accuracy()
+    run.finish_latency()
+    res = run.result(time.perf_counter() - t_start)
     if output is not None:
-        _write_outputs(res, extras, Path(output), report_path, trt_cache, trt_version, ranges_path)
-    elif report_path is not None:
-        _write_json(Path(report_path), report)
+        _write_outputs(res, run.extras(), Path(output), cfg.report_path, cfg.trt_cache, cfg.trt_version,
+                       cfg.ranges_path)
+    elif cfg.report_path is not None:
+        _write_json(Path(cfg.report_path), res.report)
     return res
+
+
+class _Run:
+    """The state of one :func:`quantize` call, step by step (each step a small method)."""
+
+    def __init__(self, cfg: QuantizeConfig):
+        from .methods import get_method
+
+        self.cfg = cfg
+        self.scheme = get_scheme(cfg.target, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
+                                 activation_dtype=cfg.activation_dtype)
+        self.method = cfg.method or self.scheme.default_method
+        get_method(self.method)  # unknown method: fail before any work
+        from .executors import get_executor
+
+        self.executor = get_executor(cfg.executor, **dict(cfg.executor_options or {}))
+        self.budget = _budget(cfg)
+        if self.budget.active and cfg.eval_data is None:
+            raise InputError("--max-drop / --min-cosine need held-out data", "pass --eval PATH")
+        self.failures: List[str] = []
+        self.warnings: List[str] = []
+        self.fallback: List[str] = []
+        self.latency: Optional[Dict[str, Any]] = None
+        self.accuracy_report: Optional[Dict[str, Any]] = None
+        self.sensitivity: Optional[List[Dict[str, Any]]] = None
+        self.feed: Optional[Dict[str, np.ndarray]] = None
+
+    # -- steps ---------------------------------------------------------------------------------------
+    def prepare(self, model: Any) -> None:
+        self.prepared, self.notes = _prepare(model, self.cfg.input_shapes)
+        if self.notes.get("per_tensor_only"):
+            self.scheme.per_channel = False  # per-channel DequantizeLinear needs opset 13
+            self.warnings.append(f"kept opset {self.notes['opset_in']} ({self.notes['per_tensor_only']}): "
+                                 "per-tensor weights")
+        if self.notes.get("opset_upgraded_to"):
+            self.warnings.append(f"opset upgraded from {self.notes['opset_in']} to {MIN_OPSET} "
+                                 "(per-channel DequantizeLinear needs it)")
+
+    def calibrate(self, calib: Any) -> None:
+        from ..sources import open_source
+
+        cfg = self.cfg
+        self.source = open_source(calib, self.prepared.inputs, cfg.preprocess, limit=cfg.calib_limit)
+        self.stats, self.calib_info = load_or_calibrate(
+            self.prepared, self.source, stats_path=cfg.stats_path, use_cache=cfg.use_cache, workers=cfg.workers,
+            batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor)
+        self.skipped = getattr(self.source, "skipped", 0)  # before any later pass over the source resets it
+        source_warnings = list(getattr(self.source, "warnings", []))
+        source_warnings += list(self.calib_info.get("warnings", []))
+        source_warnings += _constant_input_warnings(self.stats, self.prepared.inputs)
+        for w in source_warnings[:5]:
+            warnings.warn(w, stacklevel=2)
+        self.warnings = source_warnings + self.warnings
+
+    def plan(self) -> None:
+        from .graph import GraphIndex, fold_batchnorm
+
+        self.work, self.bn_folded = self.prepared.proto, 0
+        if self.scheme.fold_batchnorm:
+            self.work, self.bn_folded = fold_batchnorm(self.work)
+        work_idx = GraphIndex(self.work)
+        if self.scheme.writes_calibration_cache or self.scheme.exports_ranges or self.cfg.ranges_path is not None:
+            wanted = None
+        else:
+            full = self.scheme.plan(work_idx)
+            wanted = set(full.activations) | {t for g in full.shared for t in g}
+        self.ranges = _ranges(self.stats, self.method, dict(self.cfg.method_params or {}),
+                              self.scheme.activation_symmetric, wanted)
+        self.builder = _Builder(self.work, self.scheme, self.stats, self.ranges, self.cfg.bias_correction, work_idx)
+        self.qproto, self.qplan, self.qparams = self.builder.build(exclude=self.cfg.exclude)
+        wide = _wide_concats(self.qplan, work_idx, self.ranges)
+        if wide:  # one output scale for inputs of very different ranges crushes the narrow ones
+            self.auto_excluded = wide
+            self.cfg = replace(self.cfg, exclude=list(self.cfg.exclude) + wide)
+            self.qproto, self.qplan, self.qparams = self.builder.build(exclude=self.cfg.exclude)
+        if not self.qplan.layers:
+            raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
+                                    "it needs Conv, Gemm, MatMul or similar with float weights")
+        self.layers_full = len(self.qplan.layers)
+        self.weights_full = len(self.qplan.weights)  # coverage before any fallback or speed choice
+
+    def _first_feed(self) -> Dict[str, np.ndarray]:
+        if self.feed is None:
+            for feed, _ in self.source.samples():
+                self.feed = dict(feed)
+                break
+        if self.feed is None:
+            raise QuantizationError("no calibration sample to measure latency on")
+        return self.feed
+
+    def speed_plan(self) -> None:
+        """Host target only: FP32 and the full INT8 plan timed side by side; unless INT8 is clearly
+        faster (:data:`SEARCH_BELOW_SPEEDUP`), variants that keep op types in float are timed too
+        and the fastest is kept."""
+        from .speed import latencies_ms
+
+        if not self.cfg.speed_check or not self.scheme.host_runtime:
+            return
+        feed = self._first_feed()
+        fp32_ms, all_ms = latencies_ms([self.prepared.proto, self.qproto], feed, rounds=5)
+        self.speed_search: Dict[str, Any] = {"fp32_ms": fp32_ms, "variants": {"all": all_ms}, "chosen": "all"}
+        self.measured = (self.qproto, fp32_ms, all_ms)
+        if fp32_ms >= all_ms * SEARCH_BELOW_SPEEDUP:
+            return
+        built = [("all", self.scheme, self.qproto, self.qplan, self.qparams)]
+        for label, scheme in self.scheme.speed_variants(self.qplan, self.builder.idx):
+            q, p, qp = self.builder.build(exclude=self.cfg.exclude, scheme=scheme)
+            if p.layers:
+                built.append((label, scheme, q, p, qp))
+        ms = latencies_ms([self.prepared.proto] + [b[2] for b in built], feed)
+        best = min(range(len(built)), key=lambda i: ms[i + 1])
+        label, scheme, self.qproto, self.qplan, self.qparams = built[best]
+        self.builder.scheme = self.scheme = scheme
+        self.speed_search = {"fp32_ms": ms[0], "variants": {b[0]: ms[i + 1] for i, b in enumerate(built)},
+                             "chosen": label, "int8_ops": sorted(getattr(scheme, "int8_ops", []))}
+        self.measured = (self.qproto, ms[0], ms[best + 1])
+
+    def accuracy(self) -> None:
+        from ..sources import batched
+        from .accuracy import evaluate, ort_session
+
+        cfg = self.cfg
+        if cfg.eval_data is None:
+            return
+        self.ref_sess = ort_session(self.work)
+        eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess)
+        eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
+
+        ref_cache: List[Dict[str, np.ndarray]] = []
+
+        def run_eval(qproto: Any) -> Dict[str, Any]:
+            return evaluate(self.ref_sess, ort_session(qproto),
+                            _with_labels(batched(eval_src.samples(), eb), cfg.labels), ref_cache=ref_cache,
+                            task_metric=cfg.task_metric)
+
+        result = run_eval(self.qproto)
+        needs_fallback = self.budget.active and not self.budget.holds(result)
+        if cfg.sensitivity or needs_fallback:
+            result = self._fallback(eval_src, run_eval, result, needs_fallback)
+        self.accuracy_report = result
+        holds = self.budget.holds(result) if self.budget.active else None
+        self.budget_report = {"max_drop": self.budget.max_drop, "min_cosine": self.budget.min_cosine,
+                              "min_task_metric": self.budget.min_task_metric,
+                              "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
+                              "holds": holds}
+        if holds is False:
+            self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
+                                 f"{len(self.fallback)} layers in float")
+
+    def _fallback(self, eval_src: Any, run_eval: Callable[[Any], Dict[str, Any]], result: Dict[str, Any],
+                  needs_fallback: bool) -> Dict[str, Any]:
+        from .accuracy import ort_session
+        from .fallback import rank_layers, search_fallback
+
+        feeds = [f for f, _ in _take(eval_src.samples(), self.cfg.sensitivity_samples)]
+        rows = rank_layers(self.work, self.qproto, list(self.qplan.layers), feeds, ort_session)
+        self.sensitivity = rows
+        if not needs_fallback:
+            return result
+        order = [r["layer"] for r in rows]
+        built: Dict[int, Tuple[Any, Any, Any]] = {}
+
+        def holds(prefix: Sequence[str]) -> Tuple[bool, Dict[str, Any]]:
+            q = self.builder.build(exclude=list(self.cfg.exclude) + list(prefix))
+            built[len(prefix)] = q
+            if not q[1].layers:
+                return True, run_eval(q[0])
+            res = run_eval(q[0])
+            return self.budget.holds(res), res
+
+        prefix, res, _, evals = search_fallback(order, holds, self.cfg.max_fallback)
+        self.fallback_evaluations = evals
+        if prefix:
+            self.qproto, self.qplan, self.qparams = built[len(prefix)]
+            self.fallback = list(prefix)
+            result = res
+        return result
+
+    def finish_latency(self) -> None:
+        from .speed import SLOWER_TOLERANCE, latencies_ms
+
+        if not self.qplan.layers:
+            self.failures.append("nothing is quantized: every layer is kept in float"
+                                 + (" to hold the accuracy budget" if self.fallback else ""))
+        if not self.cfg.speed_check or not self.scheme.host_runtime:
+            return
+        measured = getattr(self, "measured", None)
+        if measured is not None and measured[0] is self.qproto:  # timed side by side already
+            fp32_ms, int8_ms = measured[1], measured[2]
+        else:
+            fp32_ms, int8_ms = latencies_ms([self.prepared.proto, self.qproto], self._first_feed())
+        search = getattr(self, "speed_search", None)
+        self.latency = {"runtime": "onnxruntime CPU (this host)", "input_shapes": {k: list(v.shape) for k, v in
+                                                                                   self._first_feed().items()},
+                        "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
+                        "speedup": round(fp32_ms / int8_ms, 3) if int8_ms > 0 else None,
+                        "search": search}
+        if self.qplan.layers and int8_ms > fp32_ms * (1.0 + SLOWER_TOLERANCE) and not self.cfg.allow_slower:
+            self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
+                                 "; pass --allow-slower to accept it")
+
+    # -- results -------------------------------------------------------------------------------------
+    def result(self, elapsed_s: float) -> QuantizeResult:
+        cfg, stats, plan = self.cfg, self.stats, self.qplan
+        report: Dict[str, Any] = {
+            "model": {"path": str(self.prepared.origin) if self.prepared.origin else None,
+                      "sha256": self.notes["source_sha256"], "opset_in": self.notes["opset_in"],
+                      "opset_upgraded_to": self.notes.get("opset_upgraded_to"),
+                      "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0)},
+            "target": self.scheme.name,
+            "scheme": self.scheme.options(),
+            "method": {"name": self.method, "params": dict(cfg.method_params or {})},
+            "calibration": {"samples": stats.samples, "time_s": round(self.calib_info["time_s"], 3),
+                            "reused_statistics": self.calib_info["reused"], "tensors": len(stats.tensors),
+                            "skipped": self.skipped,
+                            "workers": stats.meta.get("workers"), "batch_size": stats.meta.get("batch_size"),
+                            "executor": stats.meta.get("executor", "threads")},
+            "layers": {"quantized": len(plan.layers), "quantizable": self.layers_full,
+                       "activations_with_qdq": len(plan.activations), "weights": len(plan.weights),
+                       "weights_planned": self.weights_full, "weights_total": _weight_total(self.work),
+                       "int32_biases": len(plan.biases)},
+            "bias_correction": {"enabled": cfg.bias_correction, "corrected_layers": self.builder.corrected},
+            "warnings": self.warnings,
+            "accuracy": self.accuracy_report,
+            "sensitivity": self.sensitivity,
+            "fallback_layers": self.fallback,
+            "latency": self.latency,
+            "failures": self.failures,
+            "time_s": round(elapsed_s, 3),
+        }
+        if self.accuracy_report is not None:
+            report["budget"] = self.budget_report
+            if self.fallback:
+                report["fallback_evaluations"] = getattr(self, "fallback_evaluations", None)
+        return QuantizeResult(self.prepared.derive(self.qproto), report, stats, self.ranges, plan, self.qparams,
+                              self.scheme, failures=list(self.failures))
+
+    def extras(self) -> Dict[str, Any]:
+        extras: Dict[str, Any] = {}
+        if self.scheme.writes_calibration_cache:
+            extras["trt_scales"] = {n: max(abs(r[0]), abs(r[1])) / 127.0 for n, r in self.ranges.items()}
+        if self.scheme.exports_ranges or self.cfg.ranges_path is not None:
+            from .qdq import export_ranges
+
+            extras["ranges"] = export_ranges(self.qplan, self.ranges, self.qparams, self.builder.proto, self.scheme,
+                                             all_ranges=self.ranges)
+        return extras
+
+
+def _budget(cfg: QuantizeConfig) -> Any:
+    from .accuracy import Budget
+
+    min_cos, min_task = cfg.min_cosine, cfg.min_task_metric
+    if cfg.task_metric is not None and min_task is None and cfg.budget:
+        min_task = DEFAULT_MIN_TASK_METRIC
+    if cfg.eval_data is not None and cfg.budget and cfg.max_drop is None and min_cos is None and min_task is None:
+        min_cos = DEFAULT_MIN_COSINE
+    return Budget(cfg.max_drop, min_cos, min_task)
+
+
+#: a Concat whose inputs' ranges differ more than this stays float (its one output scale would crush
+#: the narrow inputs: e.g. box coordinates next to class logits in a detection head)
+CONCAT_RANGE_RATIO = 8.0
+
+
+def _wide_concats(plan: QuantPlan, idx: Any, ranges: Mapping[str, Tuple[float, float]]) -> List[str]:
+    by_name = {n.name: n for n in idx.graph.node}
+    out = []
+    for layer in plan.layers:
+        node = by_name.get(layer)
+        if node is None or node.op_type != "Concat" or node.name in plan.fixed:
+            continue
+        widths = [ranges[i][1] - ranges[i][0] for i in node.input if i in ranges]
+        if len(widths) > 1 and min(widths) > 0 and max(widths) / min(widths) > CONCAT_RANGE_RATIO:
+            out.append(node.name)
+    return out
+
+
+def _take(it: Iterable[Any], n: int) -> List[Any]:
+    out = []
+    for x in it:
+        out.append(x)
+        if len(out) >= n:
+            break
+    return out
+
+
+def _weight_total(proto: Any) -> int:
+    """Float weights of Conv/ConvTranspose/MatMul/Gemm (initializers on input 1)."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    return sum(1 for n in proto.graph.node if n.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm")
+               and len(n.input) > 1 and n.input[1] in inits and inits[n.input[1]].data_type == 1)
 
 
 def _dynamic_batch(model: Any) -> bool:
     return all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] > 0) for s in model.inputs)
 
 
-def _eval_source(eval_data: Any, labels: Any, model: Any):
+def _eval_source(eval_data: Any, labels: Any, model: Any, preprocess: Any = None):
     from ..sources import open_source
 
-    src = open_source(eval_data, model.inputs)
-    return src
+    return open_source(eval_data, model.inputs, preprocess)
 
 
 def _with_labels(batches, labels: Any):

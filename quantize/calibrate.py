@@ -15,7 +15,7 @@ from ..errors import InferenceError, QuantizationError, first_line
 from .graph import GraphIndex
 from .stats import NBINS, CalibrationStats
 
-__all__ = ["calibrate", "calibration_tensors", "augment", "default_workers"]
+__all__ = ["calibrate", "calibrate_shard", "calibration_tensors", "augment", "default_workers", "AdaptiveBatches"]
 
 ProgressFn = Callable[[int, Optional[int]], None]
 
@@ -92,13 +92,64 @@ def _session(path: str, threads: int):
         raise QuantizationError(f"onnxruntime cannot load the model for calibration: {first_line(exc)}") from exc
 
 
-def _run_batch(sess, names, stats: CalibrationStats, feed, n: int) -> None:
+#: activation bytes one calibration run may produce per worker: the batch size follows from it
+BATCH_BYTES = 192 << 20
+
+
+class AdaptiveBatches:
+    """Batches whose size follows the measured activation bytes per sample, so peak memory depends
+    on neither the number of samples nor their shape: the first batch holds one sample, later ones
+    as many as keep a run's outputs under :data:`BATCH_BYTES` (at most ``max_size``). Samples of
+    different shapes (dynamic inputs) never share a batch. Iterate it from one thread at a time."""
+
+    def __init__(self, samples: Iterable[Any], max_size: int):
+        self.it = iter(samples)
+        self.max_size = max(1, int(max_size))
+        self.size = 1
+        self.pending: List[Any] = []
+
+    def __iter__(self) -> "AdaptiveBatches":
+        return self
+
+    def __next__(self) -> Any:
+        from ..sources import batched
+
+        buf = self.pending
+        self.pending = []
+        shape = None if not buf else _shapes(buf[0][0])
+        while len(buf) < self.size:
+            nxt = next(self.it, None)
+            if nxt is None:
+                break
+            if shape is not None and _shapes(nxt[0]) != shape:
+                self.pending = [nxt]
+                break
+            shape = _shapes(nxt[0])
+            buf.append(nxt)
+        if not buf:
+            raise StopIteration
+        return next(iter(batched(buf, len(buf))))
+
+    def observe(self, nbytes: int, n: int) -> None:
+        """A run of ``n`` samples produced ``nbytes`` of activations."""
+        per_sample = max(1, nbytes // max(1, n))
+        self.size = max(1, min(self.max_size, BATCH_BYTES // per_sample))
+
+
+def _shapes(feed: Any) -> Any:
+    return tuple((k, getattr(v, "shape", None)) for k, v in sorted(feed.items()))
+
+
+def _run_batch(sess, names, stats: CalibrationStats, feed, n: int) -> int:
+    """Run one batch, fold its activations into ``stats``; returns the bytes of the activations."""
     try:
         outs = sess.run(names, feed)
     except Exception as exc:
         raise InferenceError(f"calibration run failed: {first_line(exc)}") from exc
+    nbytes = sum(int(getattr(o, "nbytes", 0)) for o in outs)
     stats.update(dict(zip(names, outs)), n)
     del outs
+    return nbytes
 
 
 def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] = None,
@@ -132,6 +183,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
     if not names:
         raise QuantizationError(f"'{model.name}' has no float activation to calibrate")
     dynamic_batch = all(not (isinstance(s.shape[0], int) and s.shape[0] > 0) for s in model.inputs if s.shape)
+    adaptive = batch_size is None and dynamic_batch
     if batch_size is None:
         batch_size = 8 if dynamic_batch else 1
     if not dynamic_batch:
@@ -152,11 +204,22 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
 
         onnx.save(augment(proto, names, idx), path)
         job = CalibrationJob(path, tuple(names), tuple(chans), model.sha256, nbins, batch_size, workers, threads,
-                             workers_given)
+                             workers_given, adaptive)
         stats = ex.collect(job, samples, source, total, progress)
     _check(stats, model.name)
-    stats.meta.update({"batch_size": batch_size, "workers": stats.meta.get("workers", workers), "nbins": nbins})
+    stats.meta.update({"batch_size": stats.meta.get("batch_size", batch_size),
+                       "workers": stats.meta.get("workers", workers), "nbins": nbins})
     return stats
+
+
+def calibrate_shard(path: str, names: Sequence[str], channels: Sequence[str], model_sha256: str,
+                    samples: Iterable[Any], *, nbins: int = NBINS, threads: int = 1,
+                    max_batch: int = 8) -> CalibrationStats:
+    """The statistics of one shard of samples (``(feed, label)`` pairs) on the augmented model at
+    ``path`` (:func:`augment`): one session, adaptive batches, mergeable with
+    :meth:`CalibrationStats.merge`. The unit of work an executor distributes."""
+    return _calibrate_here(path, list(names), list(channels), model_sha256, nbins, threads,
+                           AdaptiveBatches(samples, max_batch), None, None)
 
 
 def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, progress) -> CalibrationStats:
@@ -164,7 +227,9 @@ def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, pro
     stats = CalibrationStats.empty(sha, names, nbins, chans)
     done = 0
     for feed, _, n in batches:
-        _run_batch(sess, names, stats, feed, n)
+        nbytes = _run_batch(sess, names, stats, feed, n)
+        if isinstance(batches, AdaptiveBatches):
+            batches.observe(nbytes, n)
         done += n
         if progress:
             progress(done, total)
@@ -202,8 +267,10 @@ def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches
                 if item is None:
                     return
                 feed, _, n = item
-                _run_batch(sess, names, stats, feed, n)
+                nbytes = _run_batch(sess, names, stats, feed, n)
                 with lock:
+                    if isinstance(batches, AdaptiveBatches):
+                        batches.observe(nbytes, n)
                     state["done"] += n
                     if progress:
                         progress(state["done"], total)

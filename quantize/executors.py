@@ -63,6 +63,7 @@ class CalibrationJob:
     workers: int
     threads: int
     workers_given: bool = True
+    adaptive: bool = False  # batch size from the measured activation bytes (calibrate.AdaptiveBatches)
 
     def empty_stats(self) -> CalibrationStats:
         return CalibrationStats.empty(self.model_sha256, self.names, self.nbins, self.channels)
@@ -127,9 +128,9 @@ class ThreadsExecutor(Executor):
     def collect(self, job: CalibrationJob, samples: Iterable[Any], source: Any, total: Optional[int],
                 progress: Optional[ProgressFn]) -> CalibrationStats:
         from ..sources import batched
-        from .calibrate import _calibrate_here, _calibrate_threads
+        from .calibrate import AdaptiveBatches, _calibrate_here, _calibrate_threads
 
-        batches = batched(samples, job.batch_size)
+        batches: Any = AdaptiveBatches(samples, job.batch_size) if job.adaptive else batched(samples, job.batch_size)
         names, chans = list(job.names), list(job.channels)
         if job.workers == 1:
             return _calibrate_here(job.model_path, names, chans, job.model_sha256, job.nbins, job.threads, batches,

@@ -114,7 +114,7 @@ class _Emitter:
         for t, consumers in plan.activations.items():
             if t in plan.fixed:
                 fixed_scale, fixed_zp = plan.fixed[t]
-                qp = QParams(np.float32(fixed_scale), int(fixed_zp), "int8")
+                qp = QParams(np.float32(fixed_scale), int(fixed_zp), self.scheme.activation_dtype)
             else:
                 qp = activation_qparams(resolved[t], self.scheme.activation_symmetric, self.scheme.activation_dtype)
             qparams[t] = qp

@@ -144,6 +144,12 @@ class Model:
         """A copy converted to ``opset`` (default domain)."""
         return self._handler.with_opset(self, opset)
 
+    def fold_constants(self) -> "Model":
+        """A copy with ``Constant`` nodes, and constant Identity/Cast/Reshape/Transpose/Squeeze/
+        Unsqueeze/Flatten chains over initializers, folded into initializers (ONNX; checker-valid).
+        Returns ``self`` when nothing folds."""
+        return self._handler.fold_constants(self)
+
     def save(self, path: PathLike) -> "Model":
         """Write the model to ``path`` atomically and return a Model backed by that file."""
         from .atomic import atomic_write

@@ -87,6 +87,8 @@ class Scheme:
     fold_batchnorm: ClassVar[bool] = True
     #: besides the QDQ model, write a TensorRT calibration cache (implicit-quantization builds)
     writes_calibration_cache: ClassVar[bool] = False
+    #: the QDQ model runs on this host's ONNX Runtime as is: its latency there is the target's
+    host_runtime: ClassVar[bool] = False
     #: besides the QDQ model, export every tensor's range as JSON (for a converter to apply)
     exports_ranges: ClassVar[bool] = False
     #: ops whose weights are per-channel, with the axis of the output channels
@@ -106,6 +108,11 @@ class Scheme:
         """The plan for the graph of ``idx``; ``exclude`` keeps those node names in float;
         ``only`` (when given) quantizes just those nodes."""
         raise NotImplementedError
+
+    def speed_variants(self, plan: QuantPlan, idx: GraphIndex) -> List[Tuple[str, "Scheme"]]:
+        """Alternative schemes (label, scheme) that keep some op types of ``plan`` in float, for the
+        speed-aware plan to time against the full plan (host runtimes only)."""
+        return []
 
     def options(self) -> Dict[str, Any]:
         return {"per_channel": self.per_channel, "reduce_range": self.reduce_range,

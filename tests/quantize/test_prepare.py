@@ -1,0 +1,95 @@
+"""Preparing a model for quantization: weights in Constant nodes or behind Identity/Cast/Transpose
+chains folded into initializers (and quantized), shared weights, opset 12 with fixed input shapes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sdk.model import Model
+from sdk.quantize import quantize
+
+
+def _hidden_weights_model(path, opset=13, ir=7):
+    """Conv weight in a Constant node; a second Conv sharing that weight; a MatMul whose weight is an
+    fp16 initializer behind Cast -> Transpose -> Identity; a Reshape of a Constant shape."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
+    m = (rng.standard_normal((16, 8 * 6 * 6)) * 0.05).astype(np.float16)  # stored [out, in]
+    nodes = [
+        helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+        helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["x", "w"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Add", ["r1", "r2"], ["a"], name="add"),
+        helper.make_node("MaxPool", ["a"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([-1, 8 * 6 * 6], np.int64))),
+        helper.make_node("Reshape", ["p", "shape"], ["f"], name="flat"),
+        helper.make_node("Cast", ["m16"], ["m32"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Transpose", ["m32"], ["mt"], name="tr", perm=[1, 0]),
+        helper.make_node("Identity", ["mt"], ["mi"], name="ident"),
+        helper.make_node("MatMul", ["f", "mi"], ["y"], name="mm"),
+    ]
+    g = helper.make_graph(nodes, "hidden", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+                          [numpy_helper.from_array(m, "m16")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_fold_constants(tmp_path):
+    src = Model.load(_hidden_weights_model(tmp_path / "h.onnx"))
+    folded = src.fold_constants()
+    onnx.checker.check_model(folded.proto)
+    ops = [n.op_type for n in folded.proto.graph.node]
+    assert "Constant" not in ops and "Cast" not in ops and "Transpose" not in ops and "Identity" not in ops
+    inits = {t.name: numpy_helper.to_array(t) for t in folded.proto.graph.initializer}
+    assert inits["mi"].dtype == np.float32 and inits["mi"].shape == (8 * 6 * 6, 16)
+    assert "m16" not in inits  # the fp16 original is no longer used
+    # same outputs
+    import onnxruntime as ort
+
+    x = np.random.default_rng(1).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    a = ort.InferenceSession(src.to_bytes(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    b = ort.InferenceSession(folded.to_bytes(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert folded.fold_constants() is folded  # nothing left to fold
+
+
+@pytest.mark.parametrize("opset", [12, 13])
+def test_every_weight_quantized_where_it_sits(tmp_path, opset):
+    path = _hidden_weights_model(tmp_path / "h.onnx", opset=opset)
+    calib = [{"x": np.random.default_rng(i).standard_normal((1, 3, 12, 12)).astype(np.float32)} for i in range(8)]
+    res = quantize(path, calib, output=tmp_path / "q.onnx", workers=1, speed_check=False, use_cache=False,
+                   input_shapes={"x": [1, 3, 12, 12]})
+    lay = res.report["layers"]
+    assert lay["weights"] == lay["weights_total"] == 3  # two Convs sharing a weight, and the MatMul
+    assert res.report["model"]["constants_folded"] >= 5
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    onnx.checker.check_model(q)
+    int8 = [t for t in q.graph.initializer if t.data_type == TensorProto.INT8 and len(t.dims) >= 2]
+    assert len(int8) == 2  # the shared Conv weight stored once, plus the MatMul weight
+    assert res.report["model"]["opset_upgraded_to"] == (13 if opset == 12 else None)
+
+
+def test_opset12_with_fixed_shapes_upgrades(tmp_path):
+    """An opset-12 model whose output has a dynamic dim: fixing the input shape must not leave a
+    shape-less output behind (the converter's 'Field shape of type is required')."""
+    path = _hidden_weights_model(tmp_path / "h.onnx", opset=12, ir=6)
+    m = Model.load(path).with_input_shapes({"x": [1, 3, 12, 12]})
+    onnx.checker.check_model(m.proto)
+    assert m.with_opset(13).opset == 13
+
+
+def test_dynamic_dims_kept(tmp_path):
+    path = _hidden_weights_model(tmp_path / "h.onnx")
+    calib = [{"x": np.random.default_rng(i).standard_normal((1, 3, 12, 12)).astype(np.float32)} for i in range(4)]
+    res = quantize(path, calib, output=tmp_path / "q.onnx", workers=1, speed_check=False, use_cache=False)
+    dims = onnx.load(str(tmp_path / "q.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "N"
+    assert res.report["calibration"]["samples"] == 4
