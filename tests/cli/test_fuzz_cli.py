@@ -117,7 +117,7 @@ def _cases(f: Dict[str, str]) -> List[Case]:
     # -- usage errors: every command --------------------------------------------------------------
     for args in [("nosuch",), ("inspect",), ("bench",), ("quantize",), ("push",), ("validate",), ("robustness",),
                  ("boards", "show"), ("boards", "check"), ("boards", "nosuch"), ("push", m), ("validate", m),
-                 ("validate", m, "-b", "local"), ("quantize", m), ("quantize", m, "--calib", f["data"]),
+                 ("quantize", m), ("quantize", m, "--calib", f["data"]),
                  ("robustness", m), ("inspect", m, "--bogus"), ("bench", m, "--bogus"), ("push", m, "-b"),
                  ("bench", m, "--runs"), ("targets", "extra"), ("inspect", m, m), ("--nosuch",),
                  ("bench", m, "-t"), ("boards", "--bogus"), ("validate", m, "-b", "local", "--data"),
@@ -183,8 +183,9 @@ def _cases(f: Dict[str, str]) -> List[Case]:
     add(Case("bad CLI input", ("validate", m, "-b", "local", "--data", f["data"], "--reference", "nosuch")))
     add(Case("bad CLI input", ("validate", m, "-b", "local", "--data", f["data"], "--reference-model", f["garbage"])))
     # a corrupt --stats file is "not matching": calibrated again and replaced, with a warning (exit 0)
-    add(Case("quantizer input", ("quantize", m, "--calib", f["data"], "-o", "q.onnx", *SHAPE, "--stats", f["stats"]),
-             code=0))
+    # (--no-speed-check: whether INT8 beats FP32 on this tiny model is not what this case is about)
+    add(Case("quantizer input", ("quantize", m, "--calib", f["data"], "-o", "q.onnx", *SHAPE, "--stats", f["stats"],
+                                 "--no-speed-check"), code=0))
     # -- boards and profiles -----------------------------------------------------------------------
     for b in ("nosuch", "broken", "nohost", "host:nosuch", "", "../../etc/passwd", f["badspec"]):
         add(Case("bad CLI input", ("push", m, "-b", b, *SHAPE)))
