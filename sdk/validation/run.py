@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -540,36 +540,17 @@ def validate(
     runners = [open_runner(b) for b in boards]
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    if data is None:
-        if labels is not None:
-            raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
-        ds = random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
-    else:
-        ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+    ds = _validation_dataset(m, data, labels, preprocess, limit, input_shapes)
     say = progress or (lambda _msg: None)
-    ref_m = m if reference_model is None else (
-        reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
-    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
-        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
-                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    ref_m = _reference_model(m, reference_model)
     if reference is None:
         from ..formats import default_target
 
         reference = default_target(ref_m)
     say(f"reference: {reference} on the host ({ref_m.name}), {len(ds)} samples")
-    try:
-        with HostRunner(reference, name=f"reference:{reference}") as ref:
-            ref_out = ref.run_arrays(ref_m, ds.arrays)
-            ref_version = ref.check().get("runtimes", {}).get(reference)
-    except EdgeSDKError as exc:
-        raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
+    ref_out, ref_version = _run_reference(reference, ref_m, ds)
     _check_labels(ds, ref_out)
-    out_names: Dict[str, str] = {}
-    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
-    if names != ref_names:
-        if len(names) != len(ref_names):
-            raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
-        out_names = dict(zip(names, ref_names))
+    out_names = _output_names(m, ref_m)
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
     extras = _extras(spec, ref_m, baseline)
     reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
@@ -596,3 +577,47 @@ def validate(
     return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
                             spec=spec.to_dict() if spec is not None else {}, started=started,
                             seconds=time.monotonic() - t0, strict=strict)
+
+
+def _validation_dataset(m: Any, data: Optional[Union[str, os.PathLike]], labels: Optional[Union[str, os.PathLike]],
+                        preprocess: Any, limit: Optional[int],
+                        input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dataset:
+    """The samples of ``data`` (with ``labels``), or seeded random ones when no data is given."""
+    if data is None:
+        if labels is not None:
+            raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
+        return random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
+    return load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+
+
+def _reference_model(m: Any, reference_model: Any) -> Any:
+    """The model the reference runs (``m`` itself by default); it must take the same inputs."""
+    from ..model import Model
+
+    ref_m = m if reference_model is None else (
+        reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
+    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
+        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
+                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    return ref_m
+
+
+def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, np.ndarray], Any]:
+    """The reference outputs of ``ref_m`` over ``ds`` on the host, and the runtime's version."""
+    try:
+        with HostRunner(reference, name=f"reference:{reference}") as ref:
+            ref_out = ref.run_arrays(ref_m, ds.arrays)
+            ref_version = ref.check().get("runtimes", {}).get(reference)
+    except EdgeSDKError as exc:
+        raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
+    return ref_out, ref_version
+
+
+def _output_names(m: Any, ref_m: Any) -> Dict[str, str]:
+    """Output of ``m`` -> output of the reference model, where their names differ (empty: the same)."""
+    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
+    if names == ref_names:
+        return {}
+    if len(names) != len(ref_names):
+        raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
+    return dict(zip(names, ref_names))
