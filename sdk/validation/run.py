@@ -368,26 +368,9 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
             run_opts: Dict[str, Any] = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
-            out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
-            if out_names:  # the model's output names differ from the reference's: match by position
-                out = {out_names.get(k, k): v for k, v in out.items()}
-            out = merge_sample_axis(out, len(ds), ref_out)
-            missing = [k for k in ref_out if k not in out]
-            if missing:
-                raise ValidationError(f"the board returned no output '{missing[0]}'")
-            bad = [k for k in ref_out if out[k].shape != ref_out[k].shape]
-            if bad:
-                raise ValidationError(f"output '{bad[0]}' has shape {out[bad[0]].shape} on the board, "
-                                      f"{ref_out[bad[0]].shape} on the reference")
+            out = _board_outputs(board, model, inputs_npz, ds, ref_out, run_opts, out_names)
             run.compare = compare_outputs(ref_out, {k: out[k] for k in ref_out})
-            if ds.labels is not None and ref_top1 is not None:
-                top1 = _top1(out, ds.labels)
-                if top1 is None:
-                    raise ValidationError("the board's outputs hold no class scores, the reference's do")
-                run.accuracy = {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
-                                "samples": len(ds)}
-            else:
-                run.accuracy = {"reason": "no labels given (--labels)"}
+            run.accuracy = _board_accuracy(out, ds, ref_top1)
             stage = "benchmark"
             say(f"{label}: benchmarking")
             run.bench = _benchmark(board, model, run_opts, ds)
@@ -395,12 +378,8 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
                 extras.attach(run, board, ds, run_opts, say, label)
             if spec is not None and spec.robustness is not None:
                 stage = "robustness"
-                rob = spec.robustness
                 say(f"{label}: robustness sweep")
-                res = robustness_on(board, model, ds, corruptions=rob.get("corruptions"),
-                                    severities=rob.get("severities", [1, 2, 3, 4, 5]), seed=int(rob.get("seed", 0)),
-                                    limit=rob.get("max_samples"), workdir=workdir, target=run_opts.get("target"))
-                run.robustness = res.to_dict()
+                run.robustness = _board_robustness(board, model, ds, spec.robustness, workdir, run_opts)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a board that fails must not stop the fleet: record the cause
@@ -412,6 +391,44 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
     run.seconds = time.monotonic() - t0
     run.checks = evaluate_checks(run, spec)
     return run
+
+
+def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_out: Dict[str, np.ndarray],
+                   run_opts: Dict[str, Any], out_names: Optional[Dict[str, str]]) -> Dict[str, np.ndarray]:
+    """The board's outputs over ``inputs_npz``, named and shaped as the reference's (or a
+    :class:`ValidationError` saying which one is missing or of another shape)."""
+    out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
+    if out_names:  # the model's output names differ from the reference's: match by position
+        out = {out_names.get(k, k): v for k, v in out.items()}
+    out = merge_sample_axis(out, len(ds), ref_out)
+    missing = [k for k in ref_out if k not in out]
+    if missing:
+        raise ValidationError(f"the board returned no output '{missing[0]}'")
+    bad = [k for k in ref_out if out[k].shape != ref_out[k].shape]
+    if bad:
+        raise ValidationError(f"output '{bad[0]}' has shape {out[bad[0]].shape} on the board, "
+                              f"{ref_out[bad[0]].shape} on the reference")
+    return out
+
+
+def _board_accuracy(out: Dict[str, np.ndarray], ds: Dataset, ref_top1: Optional[float]) -> Dict[str, Any]:
+    """Top-1 on the board beside the reference's (with labels), else why it is not measured."""
+    if ds.labels is not None and ref_top1 is not None:
+        top1 = _top1(out, ds.labels)
+        if top1 is None:
+            raise ValidationError("the board's outputs hold no class scores, the reference's do")
+        return {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
+                "samples": len(ds)}
+    return {"reason": "no labels given (--labels)"}
+
+
+def _board_robustness(board: Any, model: Any, ds: Dataset, rob: Mapping[str, Any], workdir: Path,
+                      run_opts: Dict[str, Any]) -> Dict[str, Any]:
+    """The spec's ``[robustness]`` sweep on the board, as a dict."""
+    res = robustness_on(board, model, ds, corruptions=rob.get("corruptions"),
+                        severities=rob.get("severities", [1, 2, 3, 4, 5]), seed=int(rob.get("seed", 0)),
+                        limit=rob.get("max_samples"), workdir=workdir, target=run_opts.get("target"))
+    return res.to_dict()
 
 
 def _on_this_machine(runner: Any) -> bool:
