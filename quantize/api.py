@@ -118,18 +118,9 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
     cache_file = cache_dir() / f"{key[:20]}-{fp[:20]}.npz" if (use_cache and fp) else None
     if cache_file is not None:
         candidates.append(cache_file)
-    for c in candidates:
-        if c.exists():
-            try:
-                st = CalibrationStats.load(c)
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:   # corrupt: recalibrate
-                notes.append(f"ignored unreadable calibration statistics '{c}' ({exc}); calibrated again "
-                             "and replaced them")
-                warnings.warn(notes[-1], stacklevel=2)
-                continue
-            same_data = fp is None or st.meta.get("data_fingerprint") in (None, fp)
-            if st.model_sha256 == model.sha256 and set(names) <= set(st.names) and same_data:
-                return st, {"reused": str(c), "time_s": 0.0, "warnings": notes}
+    reused = _reuse_stats(candidates, model.sha256, names, fp, notes)
+    if reused is not None:
+        return reused[0], {"reused": str(reused[1]), "time_s": 0.0, "warnings": notes}
     total = source.length() if hasattr(source, "length") else None
     t0 = time.perf_counter()
     from .executors import get_executor
@@ -141,7 +132,34 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
                    plan=plan, executor=ex)
     elapsed = time.perf_counter() - t0
     st.meta.update({"data_fingerprint": fp, "time_s": elapsed})
-    if stats_path is not None:        # asked for: a failure to save is an error, not a warning
+    _save_stats(st, stats_path, cache_file)
+    return st, {"reused": None, "time_s": elapsed, "warnings": notes}
+
+
+def _reuse_stats(candidates: List[Path], model_sha256: str, names: List[str], fp: Optional[str],
+                 notes: List[str]) -> Optional[Tuple[CalibrationStats, Path]]:
+    """The first of ``candidates`` that holds statistics of this model (sha256, tensor names) over
+    the same data; unreadable ones are noted in ``notes`` (and warned about) and skipped."""
+    for c in candidates:
+        if c.exists():
+            try:
+                st = CalibrationStats.load(c)
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:   # corrupt: recalibrate
+                notes.append(f"ignored unreadable calibration statistics '{c}' ({exc}); calibrated again "
+                             "and replaced them")
+                warnings.warn(notes[-1], stacklevel=3)
+                continue
+            same_data = fp is None or st.meta.get("data_fingerprint") in (None, fp)
+            if st.model_sha256 == model_sha256 and set(names) <= set(st.names) and same_data:
+                return st, c
+    return None
+
+
+def _save_stats(st: CalibrationStats, stats_path: Optional[Union[str, os.PathLike]],
+                cache_file: Optional[Path]) -> None:
+    """Save freshly computed statistics to ``stats_path`` (a failure is an error: it was asked
+    for) and to the cache (a failure is a warning)."""
+    if stats_path is not None:
         try:
             st.save(Path(stats_path))
         except OSError as exc:
@@ -151,8 +169,7 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
         try:
             st.save(cache_file)
         except OSError as exc:
-            warnings.warn(f"could not save calibration statistics to '{cache_file}': {exc}", stacklevel=2)
-    return st, {"reused": None, "time_s": elapsed, "warnings": notes}
+            warnings.warn(f"could not save calibration statistics to '{cache_file}': {exc}", stacklevel=3)
 
 
 def _constant_input_warnings(stats: CalibrationStats, inputs: Iterable[Any]) -> List[str]:

@@ -174,6 +174,14 @@ def push_file(transport: Transport, local: Union[str, os.PathLike], workdir: str
         candidates.insert(0, (size, mine))
     offset = _claim(transport, candidates, part, size)
     _check_space(transport, facts, size - offset, local.name, folder)
+    sent, offset = _upload(transport, local, final, part, sha, offset, progress)
+    return Pushed(str(local), absolute, sha, size, sent, time.monotonic() - start, False, offset)
+
+
+def _upload(transport: Transport, local: Path, final: str, part: str, sha: str, offset: int,
+            progress: Optional[Progress]) -> Tuple[int, int]:
+    """Send ``local`` into ``part`` from ``offset`` and commit it to ``final`` once verified; one
+    retry from zero when a resumed part was taken or bad. Returns ``(bytes sent, offset resumed from)``."""
     sent = 0
     for attempt in range(2):
         try:
@@ -189,7 +197,7 @@ def push_file(transport: Transport, local: Union[str, os.PathLike], workdir: str
             raise
         commit = transport.run(_commit_script(final, part, sha), timeout_s=600)
         if commit.ok:
-            return Pushed(str(local), absolute, sha, size, sent, time.monotonic() - start, False, offset)
+            return sent, offset
         if (offset == 0 and "vanished" not in commit.text()) or attempt == 1:
             raise TransferError(f"{local.name} arrived corrupt on the board (sha256 {commit.error_text()}, "
                                 f"expected {sha}); the partial file was removed", "push again",

@@ -231,6 +231,31 @@ def _known_hosts_files(value: Optional[str], *, host: str, hostname: str, port: 
     return out
 
 
+def _config_port(value: str, host: str) -> int:
+    """The ``Port`` of ``host`` in the ssh config, as a number."""
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ConfigError(f"bad Port '{value}' for '{host}' in {ssh_config_path()}") from exc
+
+
+def _jump_chain(jump: str, known_hosts: Optional[str], depth: int, config: Any) -> Optional[SSHHost]:
+    """The resolved ``ProxyJump`` chain ``jump`` ("a,b,c"): connect to a, then b through a, then c
+    through b, then the host through c; returns the last hop (its ``jump`` leads back to a)."""
+    previous: Optional[SSHHost] = None
+    for hop in jump.split(","):
+        h_user, h_host, h_port = _split_hop(hop)
+        tgt = resolve_host(h_host, port=h_port, user=h_user, known_hosts=known_hosts,
+                             _depth=depth + 1, _config=config)
+        # the hop's own ProxyJump is superseded by the chain order
+        root = tgt
+        while root.jump is not None:
+            root = root.jump
+        root.jump = previous
+        previous = tgt
+    return previous
+
+
 def resolve_host(host: str, *, port: Optional[int] = None, user: Optional[str] = None,
                    identity_file: Optional[str] = None, jump: Optional[str] = None,
                    known_hosts: Optional[str] = None, _depth: int = 0, _config: Any = "load") -> SSHHost:
@@ -242,28 +267,13 @@ def resolve_host(host: str, *, port: Optional[int] = None, user: Optional[str] =
     looked = config.lookup(host) if config is not None else {}
     hostname = looked.get("hostname", host)
     if port is None and "port" in looked:
-        try:
-            port = int(looked["port"])
-        except ValueError as exc:
-            raise ConfigError(f"bad Port '{looked['port']}' for '{host}' in {ssh_config_path()}") from exc
+        port = _config_port(looked["port"], host)
     identities = [os.path.expanduser(identity_file)] if identity_file else []
     if identities and not os.path.isfile(identities[0]):
         raise ConfigError(f"identity file '{identity_file}' does not exist (connection.identity_file of '{host}')")
     identities += [os.path.expanduser(p) for p in looked.get("identityfile", [])]
     jump = jump if jump is not None else looked.get("proxyjump")
-    previous: Optional[SSHHost] = None
-    if jump and jump.lower() != "none":
-        # "a,b,c": connect to a, then b through a, then c through b, then the host through c
-        for hop in jump.split(","):
-            h_user, h_host, h_port = _split_hop(hop)
-            tgt = resolve_host(h_host, port=h_port, user=h_user, known_hosts=known_hosts,
-                                 _depth=_depth + 1, _config=config)
-            # the hop's own ProxyJump is superseded by the chain order
-            root = tgt
-            while root.jump is not None:
-                root = root.jump
-            root.jump = previous
-            previous = tgt
+    previous = _jump_chain(jump, known_hosts, _depth, config) if jump and jump.lower() != "none" else None
     port = port or 22
     user = user or looked.get("user") or getpass.getuser()
     files = {key: _known_hosts_files(looked.get(key.lower()), host=host, hostname=hostname, port=port, user=user,

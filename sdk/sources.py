@@ -342,6 +342,18 @@ class ArraySource(Source):
                                  "save an .npz with one array per input name")
             rows = {names[0]: _NpyRows(f)}
             return rows, None, file_layout({names[0]: rows[names[0]].shape}, self.specs)
+        arrays, label = self._npz_arrays(f, names)
+        try:
+            rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
+            lab = _NpyRows(f, label) if label else None
+        except (zipfile.BadZipFile, OSError, KeyError) as exc:
+            raise InputError(f"cannot read data file '{f}': {exc}") from exc
+        layout = file_layout({n: r.shape for n, r in rows.items()}, self.specs)
+        return rows, (lab if layout != WHOLE else None), layout
+
+    def _npz_arrays(self, f: Path, names: List[str]) -> Tuple[Dict[str, str], Optional[str]]:
+        """Which array of the .npz ``f`` feeds each model input (``names``), and the label array's
+        key (None: no labels); unreadable files, missing inputs and stray arrays are input errors."""
         try:
             with zipfile.ZipFile(f) as zf:
                 keys = [n[:-4] for n in zf.namelist() if n.endswith(".npy")]
@@ -359,13 +371,7 @@ class ArraySource(Source):
         extra = [k for k in keys if k not in arrays.values() and k != label]
         if extra and all(n in keys for n in names):
             raise InputError(f"{f}: '{extra[0]}' is not a model input", f"model inputs: {', '.join(names)}")
-        try:
-            rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
-            lab = _NpyRows(f, label) if label else None
-        except (zipfile.BadZipFile, OSError, KeyError) as exc:
-            raise InputError(f"cannot read data file '{f}': {exc}") from exc
-        layout = file_layout({n: r.shape for n, r in rows.items()}, self.specs)
-        return rows, (lab if layout != WHOLE else None), layout
+        return arrays, label
 
     def sample_nbytes(self) -> int:
         """Bytes of one sample (a row of every input array) of the first file."""

@@ -1,7 +1,7 @@
 """``sdk bench`` and ``sdk targets``."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
@@ -51,9 +51,9 @@ def bench_cmd(
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
     from ..bench import EarlyStop
     from ..errors import InputError
-    from ..targets import benchmark, target_class
+    from ..targets import benchmark
     from ..tensors import parse_shape_profiles
-    from ._common import check_output, console, latency_table, noise_lines, parse_options, write_json
+    from ._common import check_output, write_json
 
     if max_ci_width is not None and early_stop is None:
         raise InputError("--max-ci-width needs --early-stop PERCENTILE")
@@ -63,18 +63,7 @@ def bench_cmd(
         raise InputError(f"bad --min-seconds {min_seconds}", "give a number of seconds from 0 to 86400")
     profiles = parse_shape_profiles(input_shape or [])
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
-    opts = parse_options(option)
-    if any(":" in item for item in input_shape or []):
-        from ..formats import default_target
-
-        target = target or default_target(model)
-        if "input_shapes" not in target_class(target).default_options:
-            raise InputError(f"target '{target}' takes no MIN:OPT:MAX shape profiles", "give one shape: NAME=1x3x640x640")
-        opts.setdefault("input_shapes", list(input_shape or []))
-    if threads is not None:
-        opts["threads"] = threads
-    if provider:
-        opts["providers"] = [p for item in provider for p in item.split(",") if p]
+    target, opts = _bench_options(model, target, input_shape, option, threads, provider)
     if pipeline:
         from .pipeline_cmds import run_pipeline_cmd
 
@@ -95,9 +84,40 @@ def bench_cmd(
     if json_path == "-":
         write_json("-", result.to_dict(samples=samples))
         return
-    c = console()
+    _print_bench(result, json_path, samples)
+
+
+def _bench_options(model: str, target: Optional[str], input_shape: Optional[List[str]],
+                   option: Optional[List[str]], threads: Optional[int],
+                   provider: Optional[List[str]]) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The target (the model format's default when MIN:OPT:MAX profiles need one) and its
+    options from --option, --input-shape profiles, --threads and --provider."""
+    from ..errors import InputError
+    from ..targets import target_class
+    from ._common import parse_options
+
+    opts = parse_options(option)
+    if any(":" in item for item in input_shape or []):
+        from ..formats import default_target
+
+        target = target or default_target(model)
+        if "input_shapes" not in target_class(target).default_options:
+            raise InputError(f"target '{target}' takes no MIN:OPT:MAX shape profiles", "give one shape: NAME=1x3x640x640")
+        opts.setdefault("input_shapes", list(input_shape or []))
+    if threads is not None:
+        opts["threads"] = threads
+    if provider:
+        opts["providers"] = [p for item in provider for p in item.split(",") if p]
+    return target, opts
+
+
+def _print_bench(result: Any, json_path: Optional[str], samples: bool) -> None:
+    """The latency table, host line and noise notes of a `sdk bench` result; the JSON if asked."""
     from pathlib import Path
 
+    from ._common import console, latency_table, noise_lines, write_json
+
+    c = console()
     c.print(latency_table(f"{Path(str(result.model['path'])).name} latency", [(result.target, result)]))
     c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
             f"{result.target} {result.runtime_version or ''}".rstrip())

@@ -278,24 +278,13 @@ def push_cmd(
     succeeded, 1 otherwise."""
     from pathlib import Path
 
-    from ..errors import InputError, ModelError, ModelNotFoundError
+    from ..errors import InputError, ModelError
     from ..remote.board import run_fleet
-    from ..remote.profiles import PRECISIONS
     from ..tensors import parse_input_shapes
     from . import EXIT_ERROR, EXIT_FAILED
-    from ._common import check_output, console, error_line, parse_options, write_json
+    from ._common import console, parse_options, write_json
 
-    check_output(json_path, "--json")
-    check_output(report, "--report", stdout_ok=False)
-    import math
-
-    for value, opt in ((min_seconds, "--min-seconds"), (idle_seconds, "--idle-seconds")):
-        if not math.isfinite(value) or value > 86400:
-            raise InputError(f"bad {opt} {value}", "give a number of seconds from 0 to 86400")
-    if precision is not None and precision not in PRECISIONS:
-        raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
-    if not Path(model).is_file():
-        raise ModelNotFoundError(f"model file '{model}' does not exist")
+    _check_push_args(model, precision, min_seconds, idle_seconds, json_path, report)
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
@@ -323,8 +312,54 @@ def push_cmd(
                             connect_timeout_s=connect_timeout)
     finally:
         uploads.stop()
-    out: List[Dict[str, Any]] = []
     c = console()
+    out = _push_results(c, results, model, target, json_path)
+    if json_path:
+        write_json(json_path, out)
+    if report:
+        from ..reports.perf_html import bench_html
+
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(bench_html(out), encoding="utf-8")
+        if json_path != "-":
+            c.print(f"wrote {report}")
+    failed = [fr.board for fr in results if not fr.ok]
+    if failed:
+        if json_path != "-":
+            c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
+        # every board refused the model or its inputs: bad input (2), not a failed board (1)
+        bad_input = all(isinstance(fr.error, (InputError, ModelError)) for fr in results if not fr.ok)
+        sys.exit(EXIT_ERROR if bad_input else EXIT_FAILED)
+
+
+def _check_push_args(model: str, precision: Optional[str], min_seconds: float, idle_seconds: float,
+                     json_path: Optional[str], report: Optional[str]) -> None:
+    """`sdk push`'s argument checks, before any board work (bad input: exit 2)."""
+    import math
+    from pathlib import Path
+
+    from ..errors import InputError, ModelNotFoundError
+    from ..remote.profiles import PRECISIONS
+    from ._common import check_output
+
+    check_output(json_path, "--json")
+    check_output(report, "--report", stdout_ok=False)
+    for value, opt in ((min_seconds, "--min-seconds"), (idle_seconds, "--idle-seconds")):
+        if not math.isfinite(value) or value > 86400:
+            raise InputError(f"bad {opt} {value}", "give a number of seconds from 0 to 86400")
+    if precision is not None and precision not in PRECISIONS:
+        raise InputError(f"bad --precision '{precision}'", f"use one of {', '.join(PRECISIONS)}")
+    if not Path(model).is_file():
+        raise ModelNotFoundError(f"model file '{model}' does not exist")
+
+
+def _push_results(c: Any, results: List[Any], model: str, target: Optional[str],
+                  json_path: Optional[str]) -> List[Dict[str, Any]]:
+    """Print each board's table (unless the JSON goes to stdout) or its error line; the JSON
+    documents, one per board. A result that cannot be read turns the board into a failure."""
+    from ._common import error_line
+
+    out: List[Dict[str, Any]] = []
     for fr in results:
         if fr.ok:
             try:
@@ -344,22 +379,7 @@ def push_cmd(
             err = fr.error if fr.error is not None else Exception("failed")
             named = str(err).startswith((fr.board, f"board '{fr.board}'"))
             error_line(err if named else Exception(f"{fr.board}: {err}"))
-    if json_path:
-        write_json(json_path, out)
-    if report:
-        from ..reports.perf_html import bench_html
-
-        Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(bench_html(out), encoding="utf-8")
-        if json_path != "-":
-            c.print(f"wrote {report}")
-    failed = [fr.board for fr in results if not fr.ok]
-    if failed:
-        if json_path != "-":
-            c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
-        # every board refused the model or its inputs: bad input (2), not a failed board (1)
-        bad_input = all(isinstance(fr.error, (InputError, ModelError)) for fr in results if not fr.ok)
-        sys.exit(EXIT_ERROR if bad_input else EXIT_FAILED)
+    return out
 
 
 # -- fleets (boards from an Ansible inventory): rows and JSON lines as boards finish -----------------------

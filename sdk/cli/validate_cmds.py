@@ -116,11 +116,21 @@ def _num(v: Any, fmt: str = "{:.3g}") -> str:
 
 
 def _print_summary(result: Any) -> None:
-    from rich.table import Table
-
-    from ._common import console, fmt_ms, noise_lines
+    from ._common import console
 
     c = console()
+    _print_summary_table(c, result)
+    for b in result.boards:
+        _print_board_failures(c, b)
+    _print_verdict(c, result)
+
+
+def _print_summary_table(c: Any, result: Any) -> None:
+    """One row per board: verdict, latency, throughput, power, top-1, cosine, check counts."""
+    from rich.table import Table
+
+    from ._common import fmt_ms
+
     t = Table(title=f"validate {result.model.get('name')}")
     for col in ("board", "verdict", "p50 ms", "p99 ms", "inf/s", "W", "top-1", "cosine", "pass/fail/skip"):
         t.add_column(col, justify="left" if col in ("board", "verdict") else "right", no_wrap=True)
@@ -135,25 +145,38 @@ def _print_summary(result: Any) -> None:
         from rich.console import Console
 
         Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
-    for b in result.boards:
-        for line in noise_lines(b.board, b.bench) if b.bench is not None else ():
-            c.print(line, markup=False, highlight=False, soft_wrap=True)
-        if b.error:
-            c.print(f"[red]FAIL[/red] {b.board}: the board failed during {b.failed_stage}: {b.error}",
+
+
+def _print_board_failures(c: Any, b: Any) -> None:
+    """A board's noise notes, the stage it failed in (and the checks lost with it), its failed checks."""
+    from ._common import noise_lines
+
+    for line in noise_lines(b.board, b.bench) if b.bench is not None else ():
+        c.print(line, markup=False, highlight=False, soft_wrap=True)
+    if b.error:
+        c.print(f"[red]FAIL[/red] {b.board}: the board failed during {b.failed_stage}: {b.error}",
+                markup=True, highlight=False, soft_wrap=True)
+        lost = [chk.name for chk in b.checks if chk.verdict == "fail" and chk.reason.startswith("board failed")]
+        lost = [n for n in lost if n != "board.run"]
+        if lost:
+            c.print(f"[red]FAIL[/red] {b.board}: so these checks fail too: {', '.join(lost)}",
                     markup=True, highlight=False, soft_wrap=True)
-            lost = [chk.name for chk in b.checks if chk.verdict == "fail" and chk.reason.startswith("board failed")]
-            lost = [n for n in lost if n != "board.run"]
-            if lost:
-                c.print(f"[red]FAIL[/red] {b.board}: so these checks fail too: {', '.join(lost)}",
-                        markup=True, highlight=False, soft_wrap=True)
-        for chk in b.checks:
-            if chk.verdict == "fail" and not (b.error and chk.reason.startswith("board failed")):
-                unit = f" {chk.unit}" if chk.unit else ""
-                measured = "" if chk.measured is None else \
-                    f" measured {_num(chk.measured, '{:.4g}') if isinstance(chk.measured, float) else chk.measured}{unit}"
-                limit = "" if chk.limit is None else f" (limit {chk.op} {chk.limit}{(' ' + chk.unit) if chk.unit else ''})".replace("  ", " ")
-                c.print(f"[red]FAIL[/red] {b.board}: {chk.name}{measured}{limit}" + (f": {chk.reason}" if chk.reason else ""),
-                        markup=True, highlight=False, soft_wrap=True)
+    for chk in b.checks:
+        if chk.verdict == "fail" and not (b.error and chk.reason.startswith("board failed")):
+            c.print(_failed_check_line(b.board, chk), markup=True, highlight=False, soft_wrap=True)
+
+
+def _failed_check_line(board: str, chk: Any) -> str:
+    """``FAIL board: name measured X unit (limit <= Y unit): reason``."""
+    unit = f" {chk.unit}" if chk.unit else ""
+    measured = "" if chk.measured is None else \
+        f" measured {_num(chk.measured, '{:.4g}') if isinstance(chk.measured, float) else chk.measured}{unit}"
+    limit = "" if chk.limit is None else f" (limit {chk.op} {chk.limit}{(' ' + chk.unit) if chk.unit else ''})".replace("  ", " ")
+    return f"[red]FAIL[/red] {board}: {chk.name}{measured}{limit}" + (f": {chk.reason}" if chk.reason else "")
+
+
+def _print_verdict(c: Any, result: Any) -> None:
+    """The GO / NO-GO line; a GO with unverified budgets lists each of them."""
     line = result.summary_line()
     if result.verdict == "pass" and result.not_verified():
         c.print(f"[yellow]{line}[/yellow]", soft_wrap=True)

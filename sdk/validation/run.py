@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -368,26 +368,9 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
             run_opts: Dict[str, Any] = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
-            out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
-            if out_names:  # the model's output names differ from the reference's: match by position
-                out = {out_names.get(k, k): v for k, v in out.items()}
-            out = merge_sample_axis(out, len(ds), ref_out)
-            missing = [k for k in ref_out if k not in out]
-            if missing:
-                raise ValidationError(f"the board returned no output '{missing[0]}'")
-            bad = [k for k in ref_out if out[k].shape != ref_out[k].shape]
-            if bad:
-                raise ValidationError(f"output '{bad[0]}' has shape {out[bad[0]].shape} on the board, "
-                                      f"{ref_out[bad[0]].shape} on the reference")
+            out = _board_outputs(board, model, inputs_npz, ds, ref_out, run_opts, out_names)
             run.compare = compare_outputs(ref_out, {k: out[k] for k in ref_out})
-            if ds.labels is not None and ref_top1 is not None:
-                top1 = _top1(out, ds.labels)
-                if top1 is None:
-                    raise ValidationError("the board's outputs hold no class scores, the reference's do")
-                run.accuracy = {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
-                                "samples": len(ds)}
-            else:
-                run.accuracy = {"reason": "no labels given (--labels)"}
+            run.accuracy = _board_accuracy(out, ds, ref_top1)
             stage = "benchmark"
             say(f"{label}: benchmarking")
             run.bench = _benchmark(board, model, run_opts, ds)
@@ -395,12 +378,8 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
                 extras.attach(run, board, ds, run_opts, say, label)
             if spec is not None and spec.robustness is not None:
                 stage = "robustness"
-                rob = spec.robustness
                 say(f"{label}: robustness sweep")
-                res = robustness_on(board, model, ds, corruptions=rob.get("corruptions"),
-                                    severities=rob.get("severities", [1, 2, 3, 4, 5]), seed=int(rob.get("seed", 0)),
-                                    limit=rob.get("max_samples"), workdir=workdir, target=run_opts.get("target"))
-                run.robustness = res.to_dict()
+                run.robustness = _board_robustness(board, model, ds, spec.robustness, workdir, run_opts)
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a board that fails must not stop the fleet: record the cause
@@ -412,6 +391,44 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
     run.seconds = time.monotonic() - t0
     run.checks = evaluate_checks(run, spec)
     return run
+
+
+def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_out: Dict[str, np.ndarray],
+                   run_opts: Dict[str, Any], out_names: Optional[Dict[str, str]]) -> Dict[str, np.ndarray]:
+    """The board's outputs over ``inputs_npz``, named and shaped as the reference's (or a
+    :class:`ValidationError` saying which one is missing or of another shape)."""
+    out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
+    if out_names:  # the model's output names differ from the reference's: match by position
+        out = {out_names.get(k, k): v for k, v in out.items()}
+    out = merge_sample_axis(out, len(ds), ref_out)
+    missing = [k for k in ref_out if k not in out]
+    if missing:
+        raise ValidationError(f"the board returned no output '{missing[0]}'")
+    bad = [k for k in ref_out if out[k].shape != ref_out[k].shape]
+    if bad:
+        raise ValidationError(f"output '{bad[0]}' has shape {out[bad[0]].shape} on the board, "
+                              f"{ref_out[bad[0]].shape} on the reference")
+    return out
+
+
+def _board_accuracy(out: Dict[str, np.ndarray], ds: Dataset, ref_top1: Optional[float]) -> Dict[str, Any]:
+    """Top-1 on the board beside the reference's (with labels), else why it is not measured."""
+    if ds.labels is not None and ref_top1 is not None:
+        top1 = _top1(out, ds.labels)
+        if top1 is None:
+            raise ValidationError("the board's outputs hold no class scores, the reference's do")
+        return {"top1_board": top1, "top1_reference": ref_top1, "top1_drop": ref_top1 - top1,
+                "samples": len(ds)}
+    return {"reason": "no labels given (--labels)"}
+
+
+def _board_robustness(board: Any, model: Any, ds: Dataset, rob: Mapping[str, Any], workdir: Path,
+                      run_opts: Dict[str, Any]) -> Dict[str, Any]:
+    """The spec's ``[robustness]`` sweep on the board, as a dict."""
+    res = robustness_on(board, model, ds, corruptions=rob.get("corruptions"),
+                        severities=rob.get("severities", [1, 2, 3, 4, 5]), seed=int(rob.get("seed", 0)),
+                        limit=rob.get("max_samples"), workdir=workdir, target=run_opts.get("target"))
+    return res.to_dict()
 
 
 def _on_this_machine(runner: Any) -> bool:
@@ -540,36 +557,17 @@ def validate(
     runners = [open_runner(b) for b in boards]
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    if data is None:
-        if labels is not None:
-            raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
-        ds = random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
-    else:
-        ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+    ds = _validation_dataset(m, data, labels, preprocess, limit, input_shapes)
     say = progress or (lambda _msg: None)
-    ref_m = m if reference_model is None else (
-        reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
-    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
-        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
-                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    ref_m = _reference_model(m, reference_model)
     if reference is None:
         from ..formats import default_target
 
         reference = default_target(ref_m)
     say(f"reference: {reference} on the host ({ref_m.name}), {len(ds)} samples")
-    try:
-        with HostRunner(reference, name=f"reference:{reference}") as ref:
-            ref_out = ref.run_arrays(ref_m, ds.arrays)
-            ref_version = ref.check().get("runtimes", {}).get(reference)
-    except EdgeSDKError as exc:
-        raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
+    ref_out, ref_version = _run_reference(reference, ref_m, ds)
     _check_labels(ds, ref_out)
-    out_names: Dict[str, str] = {}
-    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
-    if names != ref_names:
-        if len(names) != len(ref_names):
-            raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
-        out_names = dict(zip(names, ref_names))
+    out_names = _output_names(m, ref_m)
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
     extras = _extras(spec, ref_m, baseline)
     reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
@@ -596,3 +594,47 @@ def validate(
     return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
                             spec=spec.to_dict() if spec is not None else {}, started=started,
                             seconds=time.monotonic() - t0, strict=strict)
+
+
+def _validation_dataset(m: Any, data: Optional[Union[str, os.PathLike]], labels: Optional[Union[str, os.PathLike]],
+                        preprocess: Any, limit: Optional[int],
+                        input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dataset:
+    """The samples of ``data`` (with ``labels``), or seeded random ones when no data is given."""
+    if data is None:
+        if labels is not None:
+            raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
+        return random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
+    return load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+
+
+def _reference_model(m: Any, reference_model: Any) -> Any:
+    """The model the reference runs (``m`` itself by default); it must take the same inputs."""
+    from ..model import Model
+
+    ref_m = m if reference_model is None else (
+        reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
+    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
+        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
+                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
+    return ref_m
+
+
+def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, np.ndarray], Any]:
+    """The reference outputs of ``ref_m`` over ``ds`` on the host, and the runtime's version."""
+    try:
+        with HostRunner(reference, name=f"reference:{reference}") as ref:
+            ref_out = ref.run_arrays(ref_m, ds.arrays)
+            ref_version = ref.check().get("runtimes", {}).get(reference)
+    except EdgeSDKError as exc:
+        raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
+    return ref_out, ref_version
+
+
+def _output_names(m: Any, ref_m: Any) -> Dict[str, str]:
+    """Output of ``m`` -> output of the reference model, where their names differ (empty: the same)."""
+    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
+    if names == ref_names:
+        return {}
+    if len(names) != len(ref_names):
+        raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
+    return dict(zip(names, ref_names))
