@@ -181,7 +181,7 @@ def _image_split(source: Any, shard_samples: int) -> List[Shard]:
 def _array_split(source: Any, shard_samples: int) -> List[Shard]:
     """Shards over the concatenated rows of the files: each keeps the files it touches (rows of its
     first file before its start are read and skipped; split big arrays into several files)."""
-    lengths = [len(next(iter(rows.values()))) for rows, _ in source._plans]
+    lengths = source.file_lengths()
     starts = [sum(lengths[:k]) for k in range(len(lengths))]
     total = len(source)
     shards = []

@@ -387,8 +387,12 @@ class ArraySource(Source):
     def has_labels(self) -> bool:
         return all(lab is not None for _, lab, _ in self._plans)
 
+    def file_lengths(self) -> List[int]:
+        """How many samples each file gives (1 for a file read whole)."""
+        return [1 if layout == WHOLE else len(next(iter(rows.values()))) for rows, _, layout in self._plans]
+
     def __len__(self) -> int:
-        n = sum(1 if layout == WHOLE else len(next(iter(rows.values()))) for rows, _, layout in self._plans)
+        n = sum(self.file_lengths())
         return n if self.limit is None else min(n, self.limit)
 
     def fingerprint(self) -> Optional[str]:

@@ -278,7 +278,7 @@ def push_cmd(
     succeeded, 1 otherwise."""
     from pathlib import Path
 
-    from ..errors import InputError, ModelError
+    from ..errors import InputError, ModelError, ResultFormatError
     from ..remote.board import run_fleet
     from ..tensors import parse_input_shapes
     from . import EXIT_ERROR, EXIT_FAILED
@@ -328,7 +328,8 @@ def push_cmd(
         if json_path != "-":
             c.print(f"{len(results) - len(failed)} of {len(results)} boards succeeded; failed: {', '.join(failed)}")
         # every board refused the model or its inputs: bad input (2), not a failed board (1)
-        bad_input = all(isinstance(fr.error, (InputError, ModelError)) for fr in results if not fr.ok)
+        bad_input = all(isinstance(fr.error, (InputError, ModelError)) and not isinstance(fr.error, ResultFormatError)
+                        for fr in results if not fr.ok)     # a board's unreadable answer is the board's failure
         sys.exit(EXIT_ERROR if bad_input else EXIT_FAILED)
 
 

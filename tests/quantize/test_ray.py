@@ -246,7 +246,9 @@ def test_a_killed_worker_is_restarted_and_its_shard_retried(ray_cluster, photos)
     ex = RayExecutor(address=ray_cluster.address, shard_samples=1)
     got = calibrate(m, open_source(photos, m.inputs, spec), workers=2, executor=ex, progress=kill_one)
     assert killed and ex.last_run["shards"] == 16
-    assert len(ex.last_run["worker_hosts"]) == 3, ex.last_run   # two actors, one of them restarted
+    # two actors, the killed one restarted when Ray gives it its next shard (a third process); when
+    # the kill lands after that actor's last shard, nothing needs restarting
+    assert len(ex.last_run["worker_hosts"]) in (2, 3), ex.last_run
     _same_stats(ref, got)
 
 

@@ -150,7 +150,7 @@ def test_preprocess_items_are_spread_and_usage_errors_are_one_line(capsys):
     assert _spread_key_values(["bench", "--preprocess=size=2x2", "std=2,2,2", "m"]) == \
         ["bench", "--preprocess=size=2x2", "--preprocess", "std=2,2,2", "m"]
     code, out, err = run_cli(["bench", "model.onnx", "--no-such-flag"], capsys)
-    assert code == 2 and err.strip().splitlines() == ["error: No such option: --no-such-flag (see: sdk bench --help)"]
+    assert code == 2 and err.strip().splitlines() == ["error: No such option: --no-such-flag (see 'sdk bench --help')"]
 
 
 def test_help_has_plain_metavars(capsys):
