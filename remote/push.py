@@ -11,7 +11,6 @@ that fails verification is deleted and the upload redone once from zero.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shlex
@@ -37,11 +36,9 @@ def file_sha256(path: Union[str, os.PathLike]) -> str:
     st = p.stat()
     key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _SHA_CACHE:
-        h = hashlib.sha256()
-        with open(p, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        _SHA_CACHE[key] = h.hexdigest()
+        from ..digest import file_sha256 as digest
+
+        _SHA_CACHE[key] = digest(p)
     return _SHA_CACHE[key]
 
 

@@ -79,11 +79,9 @@ class Model:
         """Hex sha256 of the serialized model: the cache key for artifacts and uploads."""
         if self._sha256 is None:
             if self.path is not None and self._proto is None and self._data is None:
-                h = hashlib.sha256()
-                with open(self.path, "rb") as f:
-                    for chunk in iter(lambda: f.read(1 << 20), b""):
-                        h.update(chunk)
-                self._sha256 = h.hexdigest()
+                from .digest import file_sha256
+
+                self._sha256 = file_sha256(self.path)
             else:
                 self._sha256 = hashlib.sha256(self.to_bytes()).hexdigest()
         return self._sha256

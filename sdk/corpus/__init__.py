@@ -17,7 +17,6 @@ metric that compares a candidate (INT8, another runtime, a board) with the FP32 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -164,11 +163,9 @@ def get(name: str) -> CorpusModel:
 
 
 def _sha256(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from ..digest import file_sha256
+
+    return file_sha256(p)
 
 
 def _model_path(m: CorpusModel) -> Path:

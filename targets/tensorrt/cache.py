@@ -72,11 +72,9 @@ class CacheLookup:
 
 
 def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from ...digest import file_sha256
+
+    return file_sha256(path)
 
 
 class EngineCache:
