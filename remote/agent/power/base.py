@@ -14,7 +14,7 @@ import glob
 import os
 import threading
 import time
-from typing import Callable, ClassVar, Dict, List, Optional, Tuple
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, TypeVar
 
 from ....errors import EdgeSDKError
 
@@ -124,3 +124,42 @@ class PowerSource:
 def glob_sorted(pattern: str) -> List[str]:
     """Paths matching ``pattern`` (absolute), sorted."""
     return sorted(glob.glob(pattern))
+
+
+_S = TypeVar("_S", bound="BackgroundSampler")
+
+
+class BackgroundSampler:
+    """Runs :meth:`_run` on a daemon thread between :meth:`start` and :meth:`stop` (or as a context
+    manager); ``_run`` returns once ``self._stop`` is set."""
+
+    thread_name: ClassVar[str] = "sampler"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _before_start(self) -> None:
+        """Called on the caller's thread just before the sampling thread starts."""
+
+    def start(self: _S) -> _S:
+        self._before_start()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -12,11 +12,10 @@ Runs on the board: Python 3.8, standard library only.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from .base import PowerSource, Sample
+from .base import BackgroundSampler, PowerSource, Sample
 
 __all__ = ["PowerSampler", "WindowPower", "power_report", "no_power"]
 
@@ -36,9 +35,11 @@ class WindowPower:
     total_label: str
 
 
-class PowerSampler:
+class PowerSampler(BackgroundSampler):
     """Runs ``source`` on a daemon thread at ``rate_hz`` between :meth:`start` and :meth:`stop`
     (or as a context manager) and keeps every sample."""
+
+    thread_name = "power-sampler"
 
     def __init__(self, source: PowerSource, rate_hz: float = 20.0) -> None:
         if not rate_hz or rate_hz <= 0:
@@ -46,9 +47,7 @@ class PowerSampler:
         self.source = source
         self.rate_hz = float(rate_hz)
         self.samples: List[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        super().__init__()
         self.error: Optional[str] = None
 
     def _sink(self, sample: Sample) -> None:
@@ -61,22 +60,6 @@ class PowerSampler:
         except Exception as exc:  # noqa: BLE001 - reported in the result, never kills the run
             self.error = "%s: %s" % (type(exc).__name__, exc)
 
-    def start(self) -> "PowerSampler":
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="power-sampler", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> "PowerSampler":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def trace(self, origin_s: float = 0.0) -> List[List[float]]:
         """Every sample as ``[t_s - origin_s, total_w]`` (energy counters: the mean W since the

@@ -21,11 +21,10 @@ from __future__ import annotations
 import glob
 import os
 import re
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .base import read_number, read_text, under
+from .base import BackgroundSampler, read_number, read_text, under
 
 __all__ = ["TelemetrySampler", "parse_tegrastats_telemetry", "read_proc_stat", "UNITS"]
 
@@ -79,7 +78,7 @@ def parse_tegrastats_telemetry(line: str) -> Dict[str, float]:
     return out
 
 
-class TelemetrySampler:
+class TelemetrySampler(BackgroundSampler):
     """Samples telemetry on a daemon thread at ``rate_hz`` (time stamps on ``time.monotonic``,
     the clock of the run's window and of the power samples). ``extra``: callables returning more
     fields (e.g. an NVML source's ``telemetry``). Call :meth:`feed_line` with tegrastats lines to
@@ -96,9 +95,7 @@ class TelemetrySampler:
         self.sources: Dict[str, str] = {}
         self._last_stat: Optional[Tuple[float, float]] = None
         self._last_line: Dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        super().__init__()
         self._gpu_node = self._find_gpu_node()
 
     # -- sources ---------------------------------------------------------------------------------------
@@ -189,23 +186,10 @@ class TelemetrySampler:
                 self.samples.append((t, fields))
             self._stop.wait(period)
 
-    def start(self) -> "TelemetrySampler":
+    thread_name = "telemetry"
+
+    def _before_start(self) -> None:
         self._last_stat = read_proc_stat("/proc/stat")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def __enter__(self) -> "TelemetrySampler":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def report(self, origin_s: float, window: Optional[Tuple[float, float]] = None,
                power_trace: Optional[List[List[float]]] = None) -> Dict[str, Any]:
