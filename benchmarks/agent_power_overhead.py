@@ -13,24 +13,11 @@ Usage: python benchmarks/agent_power_overhead.py [--rounds 5] [--seconds 1.0] [-
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
+
+from agentbench import base_request, run_interleaved
 
 from sdk.result import BenchResult
-from sdk.remote.agent import build_zipapp
-from sdk.remote.agent.power.simulate import SimulatedBoard
-
-MODEL = Path(__file__).resolve().parent.parent / "examples" / "digits" / "digits_cnn.onnx"
-
-
-def bench(pyz: Path, request: dict) -> dict:
-    out = subprocess.run([sys.executable, str(pyz), "bench", "--request", "-"], input=json.dumps(request),
-                         stdout=subprocess.PIPE, universal_newlines=True, check=True)
-    return json.loads(out.stdout)
 
 
 def main() -> None:
@@ -39,26 +26,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--rate-hz", type=float, default=50.0)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        pyz = build_zipapp(Path(tmp) / "agent")
-        base = {"model_path": str(MODEL), "input_shapes": {"image": [1, 1, 8, 8]}, "runs": 200, "warmup": 50,
-                "min_seconds": args.seconds, "target_options": {"threads": 1}, "idle_seconds": 0.2}
-        sides = {"off": dict(base, power=False),
-                 "on": dict(base, power={"sensors": ["ina3221-hwmon"], "sysfs_root": str(Path(tmp) / "board"),
-                                         "rate_hz": args.rate_hz})}
-        p50 = {"off": [], "on": []}
-        mean = {"off": [], "on": []}
-        samples = []
-        with SimulatedBoard(Path(tmp) / "board", "jetson-jp5"):
-            for _ in range(args.rounds):
-                for side, req in sides.items():
-                    r = BenchResult.from_dict(bench(pyz, req), "the agent")
-                    p50[side].append(r.stats.p50_ms)
-                    mean[side].append(r.stats.mean_ms)
-                    if side == "on":
-                        samples.append(r.power.samples)
-    med = {k: statistics.median(v) for k, v in p50.items()}
-    medm = {k: statistics.median(v) for k, v in mean.items()}
+    base = base_request(args.seconds, 0.2)
+    raw = run_interleaved(lambda root: {
+        "off": dict(base, power=False),
+        "on": dict(base, power={"sensors": ["ina3221-hwmon"], "sysfs_root": str(root), "rate_hz": args.rate_hz})},
+        args.rounds)
+    runs = {side: [BenchResult.from_dict(r, "the agent") for r in rs] for side, rs in raw.items()}
+    med = {k: statistics.median(r.stats.p50_ms for r in v) for k, v in runs.items()}
+    medm = {k: statistics.median(r.stats.mean_ms for r in v) for k, v in runs.items()}
+    samples = [r.power.samples for r in runs["on"]]
     print(f"p50 latency   off {med['off'] * 1e3:.1f} us   on {med['on'] * 1e3:.1f} us   "
           f"ratio on/off {med['on'] / med['off']:.3f}")
     print(f"mean latency  off {medm['off'] * 1e3:.1f} us   on {medm['on'] * 1e3:.1f} us   "

@@ -12,23 +12,9 @@ Usage: python benchmarks/telemetry_overhead.py [--rounds 5] [--seconds 1.0] [--r
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
 
-from sdk.remote.agent import build_zipapp
-from sdk.remote.agent.power.simulate import SimulatedBoard
-
-MODEL = Path(__file__).resolve().parent.parent / "examples" / "digits" / "digits_cnn.onnx"
-
-
-def bench(pyz: Path, request: dict) -> dict:
-    out = subprocess.run([sys.executable, str(pyz), "bench", "--request", "-"], input=json.dumps(request),
-                         stdout=subprocess.PIPE, universal_newlines=True, check=True)
-    return json.loads(out.stdout)
+from agentbench import base_request, run_interleaved
 
 
 def main() -> None:
@@ -37,26 +23,18 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--rate-hz", type=float, default=5.0)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        pyz = build_zipapp(Path(tmp) / "agent")
-        root = Path(tmp) / "board"
+
+    def sides(root):
         # power: a sensor the simulated Jetson does not have (no sampler thread on either side), so
         # the tree is the sysfs root the telemetry reads
-        base = {"model_path": str(MODEL), "input_shapes": {"image": [1, 1, 8, 8]}, "runs": 200, "warmup": 50,
-                "min_seconds": args.seconds, "target_options": {"threads": 1}, "idle_seconds": 0.0,
-                "power": {"sensors": ["rapl"], "sysfs_root": str(root)}}
-        sides = {"none": dict(base, telemetry=False), "telemetry": dict(base, telemetry={"rate_hz": args.rate_hz})}
-        p50 = {k: [] for k in sides}
-        samples = []
-        with SimulatedBoard(root, "jetson-jp5"):
-            for _ in range(args.rounds):
-                for side, req in sides.items():
-                    r = bench(pyz, req)
-                    p50[side].append(r["latency_ms"]["p50"])
-                    if side == "telemetry":
-                        samples.append(r["telemetry"]["samples"])
-                        assert "gpu_load_pct" in r["telemetry"]["series"], "the simulated tree was not read"
-    med = {k: statistics.median(v) for k, v in p50.items()}
+        base = dict(base_request(args.seconds, 0.0), power={"sensors": ["rapl"], "sysfs_root": str(root)})
+        return {"none": dict(base, telemetry=False), "telemetry": dict(base, telemetry={"rate_hz": args.rate_hz})}
+
+    raw = run_interleaved(sides, args.rounds)
+    for r in raw["telemetry"]:
+        assert "gpu_load_pct" in r["telemetry"]["series"], "the simulated tree was not read"
+    med = {k: statistics.median(r["latency_ms"]["p50"] for r in v) for k, v in raw.items()}
+    samples = [r["telemetry"]["samples"] for r in raw["telemetry"]]
     print(f"p50 latency, median of {args.rounds} interleaved rounds: none {med['none'] * 1e3:.2f} us, "
           f"telemetry at {args.rate_hz:g} Hz {med['telemetry'] * 1e3:.2f} us "
           f"(samples per run: {statistics.median(samples):g})")
