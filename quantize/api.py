@@ -3,7 +3,7 @@
 ::
 
     from sdk.quantize import quantize
-    result = quantize("model.onnx", "calib/", target="onnxruntime", method="entropy",
+    result = quantize("model.onnx", "calib/", scheme="onnxruntime", method="entropy",
                       eval_data="eval.npz", max_drop=1.0, output="model_int8.onnx")
     print(result.report["accuracy"])
 
@@ -240,7 +240,7 @@ class QuantizeConfig:
     FP32 against INT8 variants and keep in float the op types whose int8 form is slower; a slower
     INT8 model is a failure unless ``allow_slower``."""
 
-    target: str = "onnxruntime"
+    scheme: str = "onnxruntime"          # the CLI's --target: onnxruntime, tensorrt, tflite
     method: Optional[str] = None
     method_params: Dict[str, Any] = field(default_factory=dict)
     preprocess: Any = None
@@ -278,7 +278,7 @@ class QuantizeConfig:
 
 def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
              output: Optional[Union[str, os.PathLike]] = None, **options: Any) -> QuantizeResult:
-    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX) for ``config.target`` (a scheme name:
+    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX) for ``config.scheme`` (a scheme name:
     onnxruntime, tensorrt, tflite) from ``calib`` (image folder + ``preprocess``, ``.npy``/``.npz``
     file or folder, or an iterable of feeds). ``options`` override fields of ``config``
     (:class:`QuantizeConfig`); ``output``: the INT8 ``.onnx``.
@@ -320,7 +320,7 @@ class _Run:
         from .methods import get_method
 
         self.cfg = cfg
-        self.scheme = get_scheme(cfg.target, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
+        self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
                                  activation_dtype=cfg.activation_dtype)
         self.method = cfg.method or self.scheme.default_method
         get_method(self.method)  # unknown method: fail before any work

@@ -67,10 +67,11 @@ def hardware_for(board: Optional[str]) -> Any:
 
 def _local_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
     from .data import random_feed
+    from .formats import default_target
     from .hostinfo import host_info
     from .targets import get_target
 
-    tgt = get_target(cfg.target or "onnxruntime", **dict(cfg.target_options))
+    tgt = get_target(cfg.target or default_target(model), **dict(cfg.target_options))
     artifact = tgt.prepare(model)
     with tgt.open(artifact) as session:
         feed = random_feed(session.inputs, session.input_shapes(cfg.input_shapes or None), seed=cfg.seed)
@@ -88,7 +89,7 @@ def _board_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
     with Board(cfg.board) as board:
         prof = board.profile
         pushed = board.push(model.path)
-        target = cfg.target or (prof.runtime.targets[0] if prof.runtime.targets else "onnxruntime")
+        target = board._pick_target(pushed, cfg.target)     # the profile's first target that runs this format
         request = {"model_path": board._abs(pushed.remote_path), "target": target,
                    "target_options": prof.runtime.target_options(target, cfg.target_options),
                    "precision": cfg.precision or prof.runtime.precision,

@@ -76,7 +76,7 @@ def quantize_cmd(
 
     progress_cb, finish = _progress(err_console())
     cfg = QuantizeConfig(
-        target=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
+        scheme=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
         eval_data=eval_data, labels=labels, max_drop=max_drop, min_cosine=min_cosine, budget=not no_budget,
         sensitivity=sensitivity or None, exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,

@@ -17,7 +17,7 @@ from tests.quantize import qmodels
 @pytest.mark.parametrize("target", ["onnxruntime", "tensorrt", "tflite"])
 def test_example_model_top1_within_one_point(example_model, example_eval, target, tmp_path):
     calib = example_model.parent / "calib.npz"
-    res = quantize(example_model, calib, target=target, eval_data=example_eval, output=tmp_path / "d.onnx",
+    res = quantize(example_model, calib, scheme=target, eval_data=example_eval, output=tmp_path / "d.onnx",
                    report_path=tmp_path / "r.json", workers=1)
     task = res.report["accuracy"]["task"]
     assert task["labelled"] == 450
@@ -35,7 +35,7 @@ def test_method_change_reuses_statistics(residual_model, residual_calib, tmp_pat
     st = CalibrationStats.load(stats)
     assert st.samples == 48 and "x" in st.names
     for method, target in (("minmax", "onnxruntime"), ("mse", "tensorrt"), ("percentile", "tflite")):
-        again = quantize(residual_model, residual_calib, method=method, target=target, stats_path=stats, workers=1)
+        again = quantize(residual_model, residual_calib, method=method, scheme=target, stats_path=stats, workers=1)
         assert again.report["calibration"]["reused_statistics"] == str(stats)
     # the cache (keyed by model sha256, tensor names and the data) works without a stats path too
     quantize(residual_model, residual_calib, workers=1)

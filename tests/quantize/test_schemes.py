@@ -17,7 +17,7 @@ from sdk.quantize.schemes import get_scheme, scheme_names
 
 def _q(model, calib, target, tmp_path, **kw):
     out = tmp_path / f"{target}.onnx"
-    res = quantize(model, calib, target=target, output=out, workers=1, speed_check=False, **kw)
+    res = quantize(model, calib, scheme=target, output=out, workers=1, speed_check=False, **kw)
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto)
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])

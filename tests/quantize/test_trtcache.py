@@ -33,7 +33,7 @@ def test_malformed(text):
 
 
 def test_quantize_writes_cache(residual_model, residual_calib, tmp_path):
-    res = quantize(residual_model, residual_calib, target="tensorrt", output=tmp_path / "m.onnx", workers=1,
+    res = quantize(residual_model, residual_calib, scheme="tensorrt", output=tmp_path / "m.onnx", workers=1,
                    trt_version="8510")
     version, algo, scales = read_cache(tmp_path / "m.calib.cache")
     assert version == "8510" and algo == "EntropyCalibration2"
