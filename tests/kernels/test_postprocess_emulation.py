@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sdk.kernels.postprocess import _nms_mask, emulate, score_keys
+from tests.kernels.cases import tied_scores
 from sdk.kernels.reference import (
     PostprocessSpec,
     synthetic_yolo_output,
@@ -45,14 +46,7 @@ def test_emulation_edge_settings(kw):
 
 def test_ties_and_signed_zero_keep_row_order():
     """Equal scores (including 0.0 and -0.0, which compare equal) rank by row, as the reference."""
-    rng = np.random.default_rng(3)
-    n = 900
-    pred = np.zeros((n, 6), np.float32)
-    pred[:, :2] = rng.uniform(0, 64, (n, 2))
-    pred[:, 2:4] = 8
-    pred[:, 4] = rng.choice(np.array([0.5, 0.25, 0.0, -0.0], np.float32), n)
-    pred[:, 5] = rng.choice(np.array([0.5, -0.0, 0.0], np.float32), n)
-    spec = PostprocessSpec(has_objectness=False, score_threshold=-0.5, max_candidates=500)
+    pred, spec = tied_scores()
     _same(emulate(pred, spec), yolo_postprocess(pred, spec))
 
 

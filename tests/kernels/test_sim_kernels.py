@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.kernels.cases import tied_scores
 from sdk.kernels.reference import (
     PostprocessSpec,
     synthetic_yolo_output,
@@ -75,15 +76,8 @@ def test_postprocess_real_detector_outputs_on_the_simulated_gpu(sim):
 def test_postprocess_ties_keep_row_order_on_the_simulated_gpu(sim):
     from sdk.kernels.postprocess import GpuYoloPostprocessor
 
-    rng = np.random.default_rng(3)
-    n = 900
-    pred = np.zeros((n, 6), np.float32)
-    pred[:, :2] = rng.uniform(0, 64, (n, 2))
-    pred[:, 2:4] = 8
-    pred[:, 4] = rng.choice(np.array([0.5, 0.25, 0.0, -0.0], np.float32), n)
-    pred[:, 5] = rng.choice(np.array([0.5, -0.0, 0.0], np.float32), n)
-    spec = PostprocessSpec(has_objectness=False, score_threshold=-0.5, max_candidates=500)
-    with GpuYoloPostprocessor(spec, n, 6, backend=sim) as post:
+    pred, spec = tied_scores()
+    with GpuYoloPostprocessor(spec, len(pred), 6, backend=sim) as post:
         _same(post(pred), yolo_postprocess(pred, spec))
 
 
