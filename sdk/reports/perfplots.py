@@ -7,32 +7,21 @@ import math
 from html import escape
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from .svg import PALETTE
+from .svg import _fmt as svg_fmt
+from .svg import _open as svg_open
+
 __all__ = ["roofline_plot", "stacked_bar", "telemetry_plots", "BOUND_COLORS"]
 
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]
 BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", None: "#7f7f7f"}
 
 
 def _fmt(v: float) -> str:
-    if v == 0:
-        return "0"
-    a = abs(v)
-    if a >= 10000 or a < 0.01:
-        return f"{v:.2g}"
-    return f"{v:.3g}"
-
-
-def _head(title: str, width: int, height: int, cls: str) -> List[str]:
-    return [f'<svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">',
-            f"<title>{escape(title)}</title>",
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fff"/>',
-            f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="600">{escape(title)}</text>']
+    return svg_fmt(v, big=10000)
 
 
 def _empty(title: str, note: str, cls: str) -> str:
-    out = _head(title, 640, 80, cls + " empty")
+    out = svg_open(title, 640, 80, cls + " empty")
     out.append(f'<text x="320" y="52" text-anchor="middle" font-size="12" fill="#777">{escape(note)}</text>')
     return "\n".join(out + ["</svg>"])
 
@@ -133,7 +122,7 @@ def roofline_plot(points: Sequence[Tuple[str, float, float, Optional[str]]], pea
     if not pts and not peaks:
         return _empty(title, "no layer with both FLOPs and a time", "plot roofline")
     f = _roofline_frame(pts, [float(v) for v in peaks.values() if v], bandwidth_gbs, 56 if note else 40)
-    out = _head(title, 720, 420, "plot roofline")
+    out = svg_open(title, 720, 420, "plot roofline")
     if note:
         out.append(f'<text x="360" y="38" text-anchor="middle" font-size="12" fill="#c62828">{escape(note)}</text>')
     out += _log_axes(f) + _roofs(f, peaks, bandwidth_gbs) + _layer_points(f, pts)
@@ -153,7 +142,7 @@ def stacked_bar(rows: Sequence[Tuple[str, Mapping[str, Optional[float]]]], stage
     height = top + bar_h * len(norm) + 50
     pw = width - left - right
     hi = max(sum(v.values()) for _, v in norm) or 1.0
-    out = _head(title, width, height, "plot stacked")
+    out = svg_open(title, width, height, "plot stacked")
     for i, s in enumerate(stages):
         x = left + i * 130
         out.append(f'<rect x="{x}" y="30" width="10" height="10" fill="{PALETTE[i % len(PALETTE)]}"/>')
@@ -196,7 +185,7 @@ def telemetry_plots(t_s: Sequence[float], series: Mapping[str, Sequence[Optional
     def X(t: float) -> float:
         return left + (t - t0) / (t1 - t0) * pw
 
-    out = _head(title, width, height, "plot telemetry")
+    out = svg_open(title, width, height, "plot telemetry")
     for i, (name, vals) in enumerate(named):
         y0 = top + i * strip
         finite = [v for v in vals if v is not None and math.isfinite(v)]

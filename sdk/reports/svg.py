@@ -31,11 +31,12 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> List[float]:
     return ticks
 
 
-def _fmt(v: float) -> str:
+def _fmt(v: float, big: float = 1000) -> str:
+    """Three significant digits; two, in exponent form, at ``big`` and above or under 0.01."""
     if v == 0:
         return "0"
     a = abs(v)
-    if a >= 1000 or a < 0.01:
+    if a >= big or a < 0.01:
         return f"{v:.2g}"
     return f"{v:.3g}"
 
