@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .errors import InputError
 
@@ -274,6 +274,20 @@ def estimate_layers(costs: GraphCosts, hw: Hardware, precision: str = "fp32") ->
     return out
 
 
+def _best_rate(fn: Callable[[], object], work: float, seconds: float) -> float:
+    """The best ``work`` per second of ``fn`` over ``seconds`` (after one untimed call)."""
+    fn()
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t0
+        if dt > 0:
+            best = max(best, work / dt)
+    return best
+
+
 def estimate_host_hardware(seconds: float = 1.0) -> Hardware:
     """Roofs of this machine ESTIMATED with NumPy: fp32 from a 512x512 float32 matrix product
     (BLAS, every core), bandwidth from copying a 64 MiB array (bytes read + written / s). These
@@ -282,26 +296,10 @@ def estimate_host_hardware(seconds: float = 1.0) -> Hardware:
 
     a = np.random.default_rng(0).random((512, 512), dtype=np.float32)
     b = a.copy()
-    np.matmul(a, b)
-    best_gflops = 0.0
-    deadline = time.perf_counter() + seconds / 2
-    while time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        np.matmul(a, b)
-        dt = time.perf_counter() - t0
-        if dt > 0:
-            best_gflops = max(best_gflops, 2 * 512 ** 3 / dt / 1e9)
+    best_gflops = _best_rate(lambda: np.matmul(a, b), 2 * 512 ** 3 / 1e9, seconds / 2)
     src = np.ones(16 * 1024 * 1024, dtype=np.float32)
     dst = np.empty_like(src)
-    np.copyto(dst, src)
-    best_gbs = 0.0
-    deadline = time.perf_counter() + seconds / 2
-    while time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        np.copyto(dst, src)
-        dt = time.perf_counter() - t0
-        if dt > 0:
-            best_gbs = max(best_gbs, 2 * src.nbytes / dt / 1e9)
+    best_gbs = _best_rate(lambda: np.copyto(dst, src), 2 * src.nbytes / 1e9, seconds / 2)
     if best_gflops <= 0 or best_gbs <= 0:
         raise InputError("could not estimate this host's compute and bandwidth (timer resolution)")
     return Hardware({"fp32": best_gflops}, best_gbs, estimated=True,
