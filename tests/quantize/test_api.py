@@ -90,8 +90,9 @@ def test_bad_data_errors(residual_model, tmp_path):
 
 
 def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval, tmp_path):
+    # the speed search off in both runs: under load it may keep Add in float in one run and not the other
     base = quantize(residual_model, residual_calib, eval_data=residual_eval, sensitivity=True, workers=1,
-                    method="minmax", budget=False)
+                    method="minmax", budget=False, speed_check=False)
     sens = base.report["sensitivity"]
     assert len(sens) == base.report["layers"]["quantized"]
     added = [r["added_error"] for r in sens]
@@ -100,7 +101,7 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
     # a budget just above what full INT8 reaches: the most sensitive layers go back to float
     target = 1 - (1 - cos) / 3
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=target, workers=1,
-                   method="minmax", output=tmp_path / "fb.onnx")
+                   method="minmax", output=tmp_path / "fb.onnx", speed_check=False)
     fb = res.report["fallback_layers"]
     assert fb and fb[0] == sens[0]["layer"]
     assert res.report["budget"]["holds"] is True and not any("budget" in f for f in res.failures)
