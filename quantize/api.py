@@ -16,6 +16,7 @@ budget holds, and write every output atomically.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -234,9 +235,11 @@ class QuantizeConfig:
     one from its options). ``method`` None: the scheme's default (``auto`` for onnxruntime).
     With ``eval_data`` and no budget, ``min_cosine`` defaults to :data:`DEFAULT_MIN_COSINE`;
     ``budget=False`` turns the default off. ``task_metric(reference, candidate)``: the task's own
-    agreement of INT8 with FP32 (per-sample lists of output arrays in, 1.0 = same result; e.g.
-    ``sdk.corpus.metric``), bounded below by ``min_task_metric`` (default 0.99 when a task metric is
-    given; it then replaces the default cosine budget). ``speed_check``: on the host target (onnxruntime), measure
+    agreement of INT8 with FP32 (per-sample lists of output arrays in, 1.0 = same result), or its
+    name (:mod:`sdk.quantize.task_metrics`: ``top1``, ``corpus:NAME``, ``FILE.py:FUNCTION``), bounded
+    below by ``min_task_metric`` (default 0.99 when a task metric is given; it then replaces the
+    default cosine budget). The fallback search evaluates candidates on the first ``search_samples``
+    held-out samples and confirms the result on all (None: all, every time). ``speed_check``: on the host target (onnxruntime), measure
     FP32 against INT8 variants and keep in float the op types whose int8 form is slower; a slower
     INT8 model is a failure unless ``allow_slower``."""
 
@@ -250,11 +253,12 @@ class QuantizeConfig:
     max_drop: Optional[float] = None
     min_cosine: Optional[float] = None
     budget: bool = True
-    task_metric: Optional[Callable[[Any, Any], float]] = None
+    task_metric: Union[None, str, Callable[[Any, Any], float]] = None
     min_task_metric: Optional[float] = None
     max_fallback: Optional[int] = None
     sensitivity: Optional[bool] = None
     sensitivity_samples: int = 16
+    search_samples: Optional[int] = 16
     bias_correction: bool = True
     per_channel: bool = True
     reduce_range: bool = False
@@ -296,6 +300,10 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         cfg = replace(config or QuantizeConfig(), **options)
     except TypeError as exc:
         raise InputError(f"quantize(): {exc}") from None
+    if isinstance(cfg.task_metric, str):
+        from .task_metrics import resolve_task_metric
+
+        cfg = replace(cfg, task_metric=resolve_task_metric(cfg.task_metric))
     t_start = time.perf_counter()
     run = _Run(cfg)
     run.prepare(model)
@@ -329,7 +337,7 @@ class _Run:
         self.executor = get_executor(cfg.executor, **dict(cfg.executor_options or {}))
         self.budget = _budget(cfg)
         if self.budget.active and cfg.eval_data is None:
-            raise InputError("--max-drop / --min-cosine need held-out data", "pass --eval PATH")
+            raise InputError("--max-drop / --min-cosine / --task-metric need held-out data", "pass --eval PATH")
         self.failures: List[str] = []
         self.warnings: List[str] = []
         self.fallback: List[str] = []
@@ -439,12 +447,15 @@ class _Run:
         eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess)
         eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
 
-        ref_cache: List[Dict[str, np.ndarray]] = []
+        ref_cache: Dict[Optional[int], List[Dict[str, np.ndarray]]] = {}
+        metric = cfg.task_metric if callable(cfg.task_metric) else None  # names are resolved in quantize()
 
-        def run_eval(qproto: Any) -> Dict[str, Any]:
+        def run_eval(qproto: Any, limit: Optional[int] = None) -> Dict[str, Any]:
+            """INT8 against FP32 on the held-out data (its first ``limit`` samples)."""
+            samples = eval_src.samples() if limit is None else itertools.islice(eval_src.samples(), limit)
             return evaluate(self.ref_sess, ort_session(qproto),
-                            _with_labels(batched(eval_src.samples(), eb), cfg.labels), ref_cache=ref_cache,
-                            task_metric=cfg.task_metric)
+                            _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
+                            task_metric=metric)
 
         result = run_eval(self.qproto)
         needs_fallback = self.budget.active and not self.budget.holds(result)
@@ -460,8 +471,11 @@ class _Run:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
 
-    def _fallback(self, eval_src: Any, run_eval: Callable[[Any], Dict[str, Any]], result: Dict[str, Any],
+    def _fallback(self, eval_src: Any, run_eval: Callable[..., Dict[str, Any]], result: Dict[str, Any],
                   needs_fallback: bool) -> Dict[str, Any]:
+        """Rank the layers, then search the shortest prefix that holds the budget: first on the first
+        ``search_samples`` held-out samples, then confirmed on all of them (continuing the search on
+        all of them only when the confirmation fails)."""
         from .accuracy import ort_session
         from .fallback import rank_layers, search_fallback
 
@@ -473,21 +487,38 @@ class _Run:
         order = [r["layer"] for r in rows]
         built: Dict[int, Tuple[Any, Any, Any]] = {}
 
-        def holds(prefix: Sequence[str]) -> Tuple[bool, Dict[str, Any]]:
-            q = self.builder.build(exclude=list(self.cfg.exclude) + list(prefix))
-            built[len(prefix)] = q
-            if not q[1].layers:
-                return True, run_eval(q[0])
-            res = run_eval(q[0])
-            return self.budget.holds(res), res
+        def build(k: int) -> Tuple[Any, Any, Any]:
+            if k not in built:
+                built[k] = self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
+            return built[k]
 
-        prefix, res, _, evals = search_fallback(order, holds, self.cfg.max_fallback)
+        def holds_on(limit: Optional[int]) -> Callable[[Sequence[str]], Tuple[bool, Dict[str, Any]]]:
+            def holds(prefix: Sequence[str]) -> Tuple[bool, Dict[str, Any]]:
+                q = build(len(prefix))
+                res = run_eval(q[0], limit)
+                return (True if not q[1].layers else self.budget.holds(res)), res
+            return holds
+
+        subset = self.cfg.search_samples
+        evals = 0
+        start = 0
+        if subset is not None and result["samples"] > subset:
+            prefix, _, ok, evals = search_fallback(order, holds_on(subset), self.cfg.max_fallback)
+            if ok:  # confirm on all the held-out data
+                ok, res = holds_on(None)(prefix)
+                evals += 1
+                if ok:
+                    return self._take_fallback(prefix, res, built, evals)
+                start = len(prefix)
+        prefix, res, _, more = search_fallback(order, holds_on(None), self.cfg.max_fallback, start=start)
+        return self._take_fallback(prefix, res, built, evals + more) if prefix else result
+
+    def _take_fallback(self, prefix: Sequence[str], res: Dict[str, Any], built: Dict[int, Tuple[Any, Any, Any]],
+                       evals: int) -> Dict[str, Any]:
         self.fallback_evaluations = evals
-        if prefix:
-            self.qproto, self.qplan, self.qparams = built[len(prefix)]
-            self.fallback = list(prefix)
-            result = res
-        return result
+        self.qproto, self.qplan, self.qparams = built[len(prefix)]
+        self.fallback = list(prefix)
+        return res
 
     def finish_latency(self) -> None:
         from .speed import SLOWER_TOLERANCE, latencies_ms

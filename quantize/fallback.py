@@ -68,15 +68,15 @@ def _relative_errors(ref_proto: Any, q_proto: Any, names: Sequence[str], feeds: 
 
 
 def search_fallback(order: Sequence[str], holds: Callable[[Sequence[str]], Tuple[bool, Any]],
-                    limit: Optional[int] = None) -> Tuple[List[str], Any, bool, int]:
+                    limit: Optional[int] = None, start: int = 0) -> Tuple[List[str], Any, bool, int]:
     """The shortest prefix of ``order`` (at most ``limit`` layers) whose float fallback makes
-    ``holds(prefix)`` true, found by doubling then bisecting. Returns ``(prefix, result of the last
-    holding or last tried evaluation, holds, evaluations)``."""
+    ``holds(prefix)`` true, found by doubling then bisecting; ``start``: a prefix length known to
+    fail. Returns ``(prefix, result of the last holding or last tried evaluation, holds, evaluations)``."""
     n = len(order) if limit is None else min(limit, len(order))
     evals = 0
-    lo, hi = 0, None  # lo: largest k known to fail; hi: smallest k known to hold
+    lo, hi = min(start, n), None  # lo: largest k known to fail; hi: smallest k known to hold
     results: Dict[int, Any] = {}
-    k = 1
+    k = min(n, 2 * lo) if lo else 1
     while k <= n and hi is None:
         ok, res = holds(order[:k])
         evals += 1

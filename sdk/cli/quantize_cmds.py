@@ -30,6 +30,11 @@ def quantize_cmd(
         None, "--max-drop", help="Accuracy budget in top-1 points; the most sensitive layers stay in float until it holds."),
     min_cosine: Optional[float] = typer.Option(
         None, "--min-cosine", help="Budget: minimum output cosine vs FP32 (with --eval and no budget given: 0.99)."),
+    task_metric: Optional[str] = typer.Option(
+        None, "--task-metric", help="Budget on the task's own result vs FP32 (with --eval): top1, corpus:NAME "
+                                    "or FILE.py:FUNCTION (reference, candidate) -> float; replaces the cosine default."),
+    min_task_metric: Optional[float] = typer.Option(
+        None, "--min-task-metric", help="Least task metric vs FP32 for --task-metric (default 0.99)."),
     no_budget: bool = typer.Option(False, "--no-budget", help="With --eval: report accuracy, keep every layer in INT8."),
     allow_slower: bool = typer.Option(
         False, "--allow-slower", help="Accept an INT8 model slower than FP32 on this host (else exit 1)."),
@@ -65,6 +70,12 @@ def quantize_cmd(
 
     if ray_address is not None and executor != "ray":
         raise InputError("--ray-address needs --executor ray")
+    if min_task_metric is not None and task_metric is None:
+        raise InputError("--min-task-metric needs --task-metric", "name the metric: top1, corpus:NAME or FILE.py:FUNCTION")
+    if task_metric is not None:
+        from ..quantize.task_metrics import resolve_task_metric
+
+        resolve_task_metric(task_metric)  # a bad name or script: one line, before any work
 
     for path, opt in ((output, "--output"), (stats, "--stats"), (trt_cache, "--trt-cache"), (ranges, "--ranges"),
                       (report, "--report")):
@@ -78,7 +89,7 @@ def quantize_cmd(
     cfg = QuantizeConfig(
         scheme=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
         eval_data=eval_data, labels=labels, max_drop=max_drop, min_cosine=min_cosine, budget=not no_budget,
-        sensitivity=sensitivity or None, exclude=exclude or (), bias_correction=not no_bias_correction,
+        task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None, exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
@@ -125,6 +136,8 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
             if "element_agreement" in m:
                 extra += f", equal elements {100 * m['element_agreement']:.1f}%"
             c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")
+        if "task_metric" in acc:
+            c.print(f"task metric vs FP32: {acc['task_metric']:.4f} (1.0 = the same results)")
         if "task" in acc:
             t = acc["task"]
             c.print(f"top-1 accuracy: FP32 {t['fp32']:.2f}%, INT8 {t['int8']:.2f}% (drop {t['drop_points']:.2f} points)")

@@ -135,7 +135,7 @@ def render_document(seed: int, size: Tuple[int, int] = (800, 608)) -> np.ndarray
                 cv2.line(page, (xc, y), (xc, y + rows * rh), (0, 0, 0), 1)
             y += rows * rh + 30
         else:                                  # a figure
-            fh = int(rng.integers(100, 180))
+            fh = min(int(rng.integers(100, 180)), h - y)   # near the page's end: a shorter figure
             fig = cv2.resize(photos[int(rng.integers(len(photos)))], (w - 160, fh))
             page[y:y + fh, 80:w - 80] = fig
             y += fh + 30

@@ -4,20 +4,22 @@ A :class:`Task` turns photos into input feeds (:meth:`Task.sample_inputs`), deco
 (:meth:`Task.decode`) and scores a candidate's outputs against the FP32 reference
 (:meth:`Task.agreement`, 1.0 = the same result). Tasks register by name in :data:`TASKS`.
 
-Metrics: detectors — matched-box F1 at IoU 0.5 (class-aware) against the reference's detections;
+Metrics: detectors — mAP at IoU 0.5 with the reference's detections as ground truth (the candidate's
+boxes ranked by score down to a tenth of the task's threshold, so a score that moves across the
+threshold costs little; :func:`box_f1` is the hard-threshold count);
 classifier — top-1 agreement; recognizer — 1 - character error rate of the decoded string;
 segmentation — mask IoU at 0.5; landmarks — share of points within 2% of the input size.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from . import CorpusError, CorpusModel
 from . import images as im
 
-__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "box_f1", "edit_distance"]
+__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "box_f1", "box_map", "edit_distance"]
 
 Feed = Dict[str, np.ndarray]
 Outputs = Sequence[np.ndarray]
@@ -114,11 +116,55 @@ def box_f1(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou
     return 2.0 * tp / (n_ref + n_cand)
 
 
+def _average_precision(scores: np.ndarray, hits: np.ndarray, n_truth: int) -> float:
+    """All-point interpolated AP of detections ``scores`` (matched or not: ``hits``) against ``n_truth`` boxes."""
+    order = np.argsort(-scores, kind="stable")
+    tp = np.cumsum(hits[order])
+    recall = np.concatenate([[0.0], tp / n_truth])
+    precision = np.concatenate([[1.0], tp / np.arange(1, len(order) + 1)])
+    precision = np.maximum.accumulate(precision[::-1])[::-1]  # the precision envelope
+    return float(np.sum(np.diff(recall) * precision[1:]))
+
+
+def box_map(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5) -> float:
+    """mAP at ``iou``: the reference's detections ``[x1, y1, x2, y2, score, class]`` are the ground
+    truth, the candidate's are ranked by score; the mean over the classes the reference finds.
+    1.0 when neither finds anything, 0.0 when only the candidate does."""
+    classes = sorted({int(c) for r in reference for c in r[:, 5]})
+    if not classes:
+        return 1.0 if all(len(c) == 0 for c in candidate) else 0.0
+    aps = []
+    for k in classes:
+        scores: List[float] = []
+        hits: List[bool] = []
+        n_truth = 0
+        for ref, cand in zip(reference, candidate):
+            truth = ref[ref[:, 5] == k] if len(ref) else ref
+            n_truth += len(truth)
+            dets = cand[cand[:, 5] == k] if len(cand) else cand
+            used = np.zeros(len(truth), bool)
+            for det in dets[np.argsort(-dets[:, 4], kind="stable")]:
+                hit = False
+                if len(truth):
+                    ious = np.where(used, -1.0, _iou(det[:4], truth[:, :4]))
+                    j = int(np.argmax(ious))
+                    if ious[j] >= iou:
+                        used[j] = hit = True
+                scores.append(float(det[4]))
+                hits.append(hit)
+        aps.append(_average_precision(np.array(scores), np.array(hits, float), n_truth) if scores else 0.0)
+    return float(np.mean(aps))
+
+
 class _Detector(Task):
-    metric_name = "box F1@0.5 vs FP32"
+    metric_name = "box mAP@0.5 vs FP32"
+    conf = 0.25
+
+    def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
+        raise NotImplementedError
 
     def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
-        return box_f1([self.decode(r) for r in reference], [self.decode(c) for c in candidate])
+        return box_map([self.decode(r) for r in reference], [self.decode(c, self.conf / 10) for c in candidate])
 
 
 def _letterbox(img: np.ndarray, size: int, pad: int, center: bool = False) -> np.ndarray:
@@ -148,12 +194,12 @@ class YoloV8Detect(_Detector):
             feeds.append({name: np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
         return feeds
 
-    def decode(self, outputs: Outputs) -> np.ndarray:
+    def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
         pred = np.asarray(outputs[0], np.float32)[0].T          # anchors x (4 + C)
         scores = pred[:, 4:]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
-        m = best >= self.conf
+        m = best >= (self.conf if conf is None else conf)
         cx, cy, w, h = pred[m, 0], pred[m, 1], pred[m, 2], pred[m, 3]
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
         return _classwise_nms(boxes, best[m], cls[m], self.iou)
@@ -174,7 +220,7 @@ class YoloXDetect(_Detector):
             feeds.append({"images": np.ascontiguousarray(img.transpose(2, 0, 1)[None], dtype=np.float32)})
         return feeds
 
-    def decode(self, outputs: Outputs) -> np.ndarray:
+    def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
         pred = np.array(outputs[0], np.float32)[0]
         grids, strides = [], []
         for s in (8, 16, 32):
@@ -188,7 +234,7 @@ class YoloXDetect(_Detector):
         scores = pred[:, 4:5] * pred[:, 5:]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
-        m = best > self.conf
+        m = best > (self.conf if conf is None else conf)
         boxes = np.concatenate([xy[m] - wh[m] / 2, xy[m] + wh[m] / 2], 1)
         return _classwise_nms(boxes, best[m], np.zeros(int(m.sum())), self.iou)
 
@@ -217,7 +263,7 @@ class PicoDetDetect(_Detector):
             feeds.append({"image": np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)})
         return feeds
 
-    def decode(self, outputs: Outputs) -> np.ndarray:
+    def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
         k = len(outputs) // 2
         all_boxes, all_scores = [], []
         for stride, score, dist in zip(self.strides, outputs[:k], outputs[k:]):
@@ -235,7 +281,7 @@ class PicoDetDetect(_Detector):
         boxes, scores = np.concatenate(all_boxes), np.concatenate(all_scores)
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
-        m = best > self.conf
+        m = best > (self.conf if conf is None else conf)
         return _classwise_nms(boxes[m], best[m], cls[m], self.iou)
 
 

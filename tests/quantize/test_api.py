@@ -174,3 +174,23 @@ def test_task_metric_budget(residual_model, residual_calib, residual_eval):
     b = res.report["budget"]
     assert b["min_task_metric"] == 1.0 and b["min_cosine"] is None and b["holds"] is True
     assert res.report["accuracy"]["task_metric"] == 1.0
+
+
+def test_search_fallback_doubles_bisects_and_resumes():
+    from sdk.quantize.fallback import search_fallback
+
+    order = [f"l{i}" for i in range(20)]
+    tried = []
+
+    def holds(prefix):
+        tried.append(len(prefix))
+        return len(prefix) >= 7, len(prefix)
+
+    prefix, res, ok, evals = search_fallback(order, holds)
+    assert ok and len(prefix) == 7 == res and evals == len(tried) and tried[:4] == [1, 2, 4, 8]
+    tried.clear()  # resuming above a length known to fail: nothing at or below it is tried again
+    prefix, _, ok, _ = search_fallback(order, holds, start=5)
+    assert ok and len(prefix) == 7 and min(tried) > 5
+    tried.clear()
+    prefix, _, ok, _ = search_fallback(order, lambda p: (False, None), limit=6)
+    assert not ok and len(prefix) == 6

@@ -103,3 +103,38 @@ def test_eval_image_folder_uses_preprocess(residual_model, tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["accuracy"]["samples"] == 6 and "logits: cosine" in p.stdout
+
+
+def test_task_metric_from_a_script(example_model, example_eval, tmp_path):
+    """--task-metric FILE.py:FUNCTION is the budget: it is called on FP32 and INT8 outputs, and it decides."""
+    script = tmp_path / "metric.py"
+    script.write_text("import numpy as np\n"
+                      "def same_class(reference, candidate):\n"
+                      "    pairs = [(np.argmax(r[0], -1), np.argmax(c[0], -1)) for r, c in zip(reference, candidate)]\n"
+                      "    return float(np.mean([np.mean(a == b) for a, b in pairs]))\n"
+                      "def never(reference, candidate):\n"
+                      "    return 0.0\n")
+    calib = example_model.parent / "calib.npz"
+    common = ["--calib", calib, "--eval", example_eval, "--workers", "1", "--allow-slower", "--limit", "64"]
+    p = sdk("quantize", example_model, *common, "-o", tmp_path / "q.onnx", "--report", tmp_path / "r.json",
+            "--task-metric", f"{script}:same_class", "--min-task-metric", "0.98", env_cache=tmp_path / "c")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["budget"]["min_task_metric"] == 0.98 and rep["budget"]["min_cosine"] is None
+    assert rep["accuracy"]["task_metric"] >= 0.98 and "task metric vs FP32" in p.stdout
+    # a metric INT8 can never meet: every layer goes back to float, and the run fails (exit 1)
+    p = sdk("quantize", example_model, *common, "-o", tmp_path / "never.onnx", "--report", tmp_path / "n.json",
+            "--task-metric", f"{script}:never", env_cache=tmp_path / "c")
+    assert p.returncode == 1 and "does not hold" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("f1-score", "unknown task metric 'f1-score'"),
+    ("corpus:resnet", "no corpus model 'resnet'"),
+    ("nowhere.py:fn", "does not exist"),
+])
+def test_bad_task_metric_one_line(example_model, example_eval, tmp_path, spec, message):
+    p = sdk("quantize", example_model, "--calib", example_model.parent / "calib.npz", "--eval", example_eval,
+            "-o", tmp_path / "q.onnx", "--task-metric", spec, env_cache=tmp_path / "c")
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and message in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "q.onnx").exists()

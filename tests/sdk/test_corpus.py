@@ -57,6 +57,18 @@ def test_box_f1_and_nms():
     assert tasks.nms(boxes, np.array([0.5, 0.9, 0.7]), 0.5) == [1, 2]
 
 
+def test_box_map():
+    ref = [np.array([[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 2]], np.float32)]
+    assert tasks.box_map(ref, [ref[0].copy()]) == 1.0
+    assert tasks.box_map(ref, [ref[0][:1]]) == pytest.approx(0.5)             # class 2 missed
+    stray_first = np.array([[40, 40, 50, 50, 0.95, 1]], np.float32)             # a false box ranked above the true one
+    assert tasks.box_map(ref, [np.concatenate([stray_first, ref[0]])]) == pytest.approx((0.5 + 1.0) / 2)
+    stray_last = np.array([[40, 40, 50, 50, 0.05, 1]], np.float32)              # ranked below: recall is already 1
+    assert tasks.box_map(ref, [np.concatenate([ref[0], stray_last])]) == 1.0
+    empty = np.zeros((0, 6), np.float32)
+    assert tasks.box_map([empty], [empty]) == 1.0 and tasks.box_map([empty], [ref[0]]) == 0.0
+
+
 def test_edit_distance():
     assert tasks.edit_distance([1, 2, 3], [1, 3]) == 1
     assert tasks.edit_distance([], [4, 5]) == 2
