@@ -140,16 +140,21 @@ class Budget:
     max_drop: Optional[float] = None
     min_cosine: Optional[float] = None
     min_task_metric: Optional[float] = None
+    #: the first output's top-1 agreement with FP32, when it is a classifier's ``[N, classes]``
+    min_top1_agreement: Optional[float] = None
 
     def describe(self) -> str:
         parts = ([f"max drop {self.max_drop:g} points"] if self.max_drop is not None else []) + \
             ([f"min cosine {self.min_cosine:g}"] if self.min_cosine is not None else []) + \
-            ([f"task metric >= {self.min_task_metric:g}"] if self.min_task_metric is not None else [])
+            ([f"task metric >= {self.min_task_metric:g}"] if self.min_task_metric is not None else []) + \
+            ([f"classifier top-1 agreement >= {self.min_top1_agreement:g}"]
+             if self.min_top1_agreement is not None else [])
         return ", ".join(parts) or "none"
 
     @property
     def active(self) -> bool:
-        return self.max_drop is not None or self.min_cosine is not None or self.min_task_metric is not None
+        return self.max_drop is not None or self.min_cosine is not None or self.min_task_metric is not None \
+            or self.min_top1_agreement is not None
 
     def holds(self, result: Mapping[str, Any]) -> bool:
         if self.max_drop is not None and "task" in result and result["task"]["drop_points"] > self.max_drop:
@@ -162,6 +167,9 @@ class Budget:
         if self.min_cosine is not None and any(_similarity(o) < self.min_cosine for o in result["outputs"].values()):
             return False
         if self.min_task_metric is not None and result.get("task_metric", 1.0) < self.min_task_metric:
+            return False
+        first = next(iter(result["outputs"].values()), {})
+        if self.min_top1_agreement is not None and first.get("top1_agreement", 1.0) < self.min_top1_agreement:
             return False
         return True
 

@@ -123,7 +123,7 @@ def _average_precision(scores: np.ndarray, hits: np.ndarray, n_truth: int) -> fl
     recall = np.concatenate([[0.0], tp / n_truth])
     precision = np.concatenate([[1.0], tp / np.arange(1, len(order) + 1)])
     precision = np.maximum.accumulate(precision[::-1])[::-1]  # the precision envelope
-    return float(np.sum(np.diff(recall) * precision[1:]))
+    return round(float(np.sum(np.diff(recall) * precision[1:])), 12)  # 1.0 stays 1.0 despite float sums
 
 
 def box_map(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5) -> float:

@@ -97,6 +97,7 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
     assert len(sens) == base.report["layers"]["quantized"]
     added = [r["added_error"] for r in sens]
     assert added == sorted(added, reverse=True) and added[0] > 0  # most sensitive first
+    assert all(r["cost"] > 0 for r in sens) and max(r["cost"] for r in sens) > 1000  # MACs at the data's shapes
     cos = base.report["accuracy"]["outputs"]["logits"]["cosine"]
     # a budget just above what full INT8 reaches: the most sensitive layers go back to float
     target = 1 - (1 - cos) / 3
@@ -119,6 +120,13 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
 def test_default_budget_and_nothing_quantized(residual_model, residual_calib, residual_eval):
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1)
     assert res.report["budget"]["min_cosine"] == 0.99 and res.report["budget"]["default"] is True
+    assert res.report["budget"]["min_top1_agreement"] == 0.99
+    # the default also keeps a classifier's argmax: a cosine of 0.999 with 2% of the top-1s flipped fails
+    from sdk.quantize.accuracy import Budget
+
+    default = Budget(min_cosine=0.99, min_top1_agreement=0.99)
+    assert not default.holds({"outputs": {"logits": {"cosine": 0.999, "top1_agreement": 0.98}}})
+    assert default.holds({"outputs": {"boxes": {"cosine": 0.999}}})  # not a classifier: the cosine alone
     # a budget only FP32 meets: every layer falls back, and that is a failure, not a success
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, min_cosine=0.9999999, workers=1,
                    method="minmax")
