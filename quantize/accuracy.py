@@ -168,7 +168,7 @@ class Budget:
             return False
         if self.min_task_metric is not None and result.get("task_metric", 1.0) < self.min_task_metric:
             return False
-        first = next(iter(result["outputs"].values()), {})
+        first: Mapping[str, Any] = next(iter(result["outputs"].values()), {})
         if self.min_top1_agreement is not None and first.get("top1_agreement", 1.0) < self.min_top1_agreement:
             return False
         return True
