@@ -414,8 +414,8 @@ class _Run:
 
     def speed_plan(self) -> None:
         """Host target only: FP32 and the full INT8 plan timed side by side; unless INT8 is clearly
-        faster (:data:`SEARCH_BELOW_SPEEDUP`), variants that keep op types in float are timed too
-        and the fastest is kept."""
+        faster (:data:`SEARCH_BELOW_SPEEDUP`), the scheme's variants (op types, or convs with few
+        MACs per output, kept in float) are timed too and the fastest is kept."""
         from .speed import latencies_ms
 
         if not self.cfg.speed_check or not self.scheme.host_runtime:
@@ -437,7 +437,8 @@ class _Run:
         label, scheme, self.qproto, self.qplan, self.qparams = built[best]
         self.builder.scheme = self.scheme = scheme
         self.speed_search = {"fp32_ms": ms[0], "variants": {b[0]: ms[i + 1] for i, b in enumerate(built)},
-                             "chosen": label, "int8_ops": sorted(getattr(scheme, "int8_ops", []))}
+                             "chosen": label, "int8_ops": sorted(getattr(scheme, "int8_ops", [])),
+                             "float_for_speed": sorted(getattr(scheme, "float_layers", []))}
         self.measured = (self.qproto, ms[0], ms[best + 1])
 
     def accuracy(self) -> None:

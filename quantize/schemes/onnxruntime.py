@@ -13,7 +13,8 @@ So: every quantized Conv/Gemm/MatMul gets Q/DQ on its data inputs and on its out
 Relu/Clip); the other int8 ops join only when all their float inputs are already int8, and stay
 int8 only while their output feeds another int8 op (a dead end would add a Q/DQ round trip for
 nothing). Conv/MatMul/Gemm whose output is a graph output stay float (the Q could not fuse).
-``int8_ops`` restricts the op types (the speed-aware plan measures which ones pay).
+``int8_ops`` restricts the op types and ``float_layers`` keeps nodes in float (the speed-aware plan
+measures which variant pays).
 
 Weights symmetric int8 per channel, activations asymmetric uint8 (U8S8, the x86 VNNI and ARM path;
 int8 optional), bias int32 with scale ``s_in * s_w``; Sigmoid/Softmax outputs get the fixed range
@@ -52,9 +53,12 @@ class OnnxRuntimeScheme(Scheme):
     UNIT_RANGE: ClassVar[Tuple[str, ...]] = ("Sigmoid", "Softmax")
 
     def __init__(self, per_channel: bool = True, reduce_range: bool = False,
-                 activation_dtype: Optional[str] = None, int8_ops: Optional[Iterable[str]] = None):
+                 activation_dtype: Optional[str] = None, int8_ops: Optional[Iterable[str]] = None,
+                 float_layers: Iterable[str] = ()):
         super().__init__(per_channel, reduce_range, activation_dtype)
         self.int8_ops: FrozenSet[str] = frozenset(int8_ops) if int8_ops is not None else frozenset(self.all_int8_ops())
+        #: nodes the speed-aware plan keeps in float (on top of the caller's ``exclude``)
+        self.float_layers: FrozenSet[str] = frozenset(float_layers)
 
     @classmethod
     def all_int8_ops(cls) -> List[str]:
@@ -68,9 +72,14 @@ class OnnxRuntimeScheme(Scheme):
         "shape": ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Resize", "Split"),
     }
 
+    #: a Conv doing fewer multiply-accumulates per output value (C_in/group * kh * kw) than these
+    #: may cost more in its Q/DQ than int8 saves (depthwise and narrow convs between float
+    #: activations such as hardswish): variants keep those in float
+    LOW_INTENSITY_MACS: ClassVar[Tuple[int, ...]] = (32, 128)
+
     def speed_variants(self, plan: QuantPlan, idx: GraphIndex) -> List[Tuple[str, Scheme]]:
-        by_name = {n.name: n.op_type for n in idx.graph.node}
-        present = {by_name.get(layer) for layer in plan.layers}
+        by_name = {n.name: n for n in idx.graph.node}
+        present = {by_name[layer].op_type for layer in plan.layers if layer in by_name}
         out: List[Tuple[str, Scheme]] = []
         dropped_all: Set[str] = set()
         for label, ops in self.SPEED_GROUPS.items():
@@ -79,13 +88,31 @@ class OnnxRuntimeScheme(Scheme):
                 out.append((f"float {label}", self._variant(self.int8_ops - set(ops))))
         if len(out) > 1:
             out.append(("weighted ops only", self._variant(self.int8_ops - dropped_all)))
+        convs = {layer: self._macs_per_output(idx, by_name[layer]) for layer in plan.layers
+                 if layer in by_name and by_name[layer].op_type == "Conv"}
+        seen: Set[FrozenSet[str]] = set()
+        for limit in self.LOW_INTENSITY_MACS:
+            low = frozenset(name for name, macs in convs.items() if macs < limit)
+            if low and len(low) < len(convs) and low not in seen:
+                seen.add(low)
+                out.append((f"float convs under {limit} MACs/output", self._variant(self.int8_ops, low)))
         return out
 
-    def _variant(self, ops: Iterable[str]) -> "OnnxRuntimeScheme":
-        return type(self)(self.per_channel, self.reduce_range, self.activation_dtype, int8_ops=ops)
+    @staticmethod
+    def _macs_per_output(idx: GraphIndex, node: Any) -> int:
+        w = idx.inits.get(node.input[1]) if len(node.input) > 1 else None
+        dims = list(w.dims) if w is not None else []
+        prod = 1
+        for d in dims[1:]:
+            prod *= int(d)
+        return prod if len(dims) >= 3 else 1 << 30  # unknown weight: never counted as low intensity
+
+    def _variant(self, ops: Iterable[str], float_layers: Iterable[str] = ()) -> "OnnxRuntimeScheme":
+        return type(self)(self.per_channel, self.reduce_range, self.activation_dtype, int8_ops=ops,
+                          float_layers=self.float_layers | frozenset(float_layers))
 
     def options(self) -> Dict[str, Any]:
-        return {**super().options(), "int8_ops": sorted(self.int8_ops)}
+        return {**super().options(), "int8_ops": sorted(self.int8_ops), "float_layers": sorted(self.float_layers)}
 
     # -- roles ---------------------------------------------------------------------------------------------
     def _float_act(self, idx: GraphIndex, name: str) -> bool:
@@ -123,7 +150,7 @@ class OnnxRuntimeScheme(Scheme):
 
     # -- planning -------------------------------------------------------------------------------------------
     def plan(self, idx: GraphIndex, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> QuantPlan:
-        exclude = frozenset(exclude)
+        exclude = frozenset(exclude) | self.float_layers
         only_set: Optional[FrozenSet[str]] = frozenset(only) if only is not None else None
         weighted: Dict[str, Tuple[List[int], Optional[str]]] = {}
         joined: Dict[str, List[str]] = {}  # node -> int8 outputs

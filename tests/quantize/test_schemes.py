@@ -184,3 +184,20 @@ def test_tflite_rules(residual_model, residual_calib, bn_model, bn_calib, tmp_pa
     sig = v2.of("Sigmoid")[0]
     q = [n for n in v2.g.node if n.op_type == "QuantizeLinear" and n.input[0] == sig.output[0]][0]
     assert float(v2.inits[q.input[1]]) == pytest.approx(1 / 256) and int(v2.inits[q.input[2]]) == -128
+
+
+def test_speed_variants_keep_low_intensity_convs_in_float(residual_model):
+    """The speed-aware plan may keep in float the convs with few MACs per output value (the stem,
+    the depthwise and the narrow 1x1 here), whose Q/DQ can cost more than int8 saves."""
+    from sdk.quantize.graph import GraphIndex
+
+    idx = GraphIndex(onnx.load(str(residual_model)))
+    scheme = get_scheme("onnxruntime")
+    plan = scheme.plan(idx)
+    variants = dict(scheme.speed_variants(plan, idx))
+    low = variants["float convs under 32 MACs/output"]
+    assert low.float_layers == {"conv1", "conv8", "conv10"}  # 3*3*3, 1*3*3 (depthwise), 8*1*1
+    assert "float convs under 128 MACs/output" not in variants  # that would be every conv: not a variant
+    kept = low.plan(idx).layers
+    assert not set(kept) & low.float_layers and {"conv3", "conv5", "conv12"} <= set(kept)
+    assert low.options()["float_layers"] == ["conv1", "conv10", "conv8"]
