@@ -135,9 +135,11 @@ def test_default_budget_and_nothing_quantized(residual_model, residual_calib, re
 
 
 def test_bias_correction_reduces_mean_error(residual_model, residual_calib, residual_eval):
-    on = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax")
+    # the speed search off: under load it may keep low-intensity convs in float in one run only
+    on = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax",
+                  speed_check=False)
     off = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1, method="minmax",
-                   bias_correction=False)
+                   bias_correction=False, speed_check=False)
     assert on.report["bias_correction"]["corrected_layers"] >= 6
     assert off.report["bias_correction"]["corrected_layers"] == 0
     snr_on = on.report["accuracy"]["outputs"]["logits"]["snr_db"]
