@@ -242,9 +242,10 @@ class QuantizeConfig:
     name (:mod:`sdk.quantize.task_metrics`: ``top1``, ``corpus:NAME``, ``FILE.py:FUNCTION``), bounded
     below by ``min_task_metric`` (default 0.99 when a task metric is given; it then replaces the
     default cosine budget). The fallback search evaluates candidates on the first ``search_samples``
-    held-out samples and confirms the result on all (None: all, every time). ``speed_check``: on the host target (onnxruntime), measure
-    FP32 against INT8 variants and keep in float the op types whose int8 form is slower; a slower
-    INT8 model is a failure unless ``allow_slower``."""
+    held-out samples and confirms the result on all (None: all, every time). ``speed_check``: on
+    the host target (onnxruntime), measure FP32 against INT8 variants and keep in float the op types
+    (or low-intensity convs) whose int8 form is slower; a slower INT8 model is a failure unless
+    ``allow_slower``."""
 
     scheme: str = "onnxruntime"          # the CLI's --target: onnxruntime, tensorrt, tflite
     method: Optional[str] = None

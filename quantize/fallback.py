@@ -42,36 +42,34 @@ def rank_layers(ref_proto: Any, q_proto: Any, layers: Sequence[str], feeds: Sequ
     layer_nodes = [by_name[name] for name in layers if name in by_name and by_name[name].output]
     outs = {n.output[0] for n in layer_nodes}
     ins = {i for n in layer_nodes for i in n.input if i and idx.is_activation(i) and i in idx.producer}
-    rel, shapes = _relative_errors(ref_proto, q_proto, sorted(outs | ins), feeds, session)
+    rel, seen = _relative_errors(ref_proto, q_proto, sorted(outs | ins), feeds, session)
+    shapes: Dict[str, List[Any]] = {name: list(t.dims) for name, t in idx.inits.items()}
+    shapes.update({k: list(np.shape(v)) for k, v in (feeds[0].items() if feeds else ())})
+    shapes.update(seen)
     rows = []
     for node in layer_nodes:
         err = rel.get(node.output[0], 0.0)
         before = max([rel.get(i, 0.0) for i in node.input if i in rel] or [0.0])
         rows.append({"layer": node.name, "error": err, "added_error": err - before,
-                     "cost": _cost(node, shapes, idx)})
+                     "cost": _cost(node, shapes)})
     rows.sort(key=lambda r: -r["added_error"])
     return rows
 
 
-def _cost(node: Any, shapes: Mapping[str, Tuple[int, ...]], idx: GraphIndex) -> int:
-    """Multiply-accumulates of a Conv/ConvTranspose/Gemm/MatMul at the data's shapes; other ops: output elements."""
+def _cost(node: Any, shapes: Dict[str, List[Any]]) -> int:
+    """What keeping a layer in float gives up: its multiply-accumulates at the data's shapes
+    (:func:`sdk.formats.onnx.node_macs`), or its output elements for ops without weights."""
+    from ..formats.onnx import node_macs
+
+    macs = node_macs(node, shapes)
+    if macs is not None:
+        return macs
     out = shapes.get(node.output[0])
-    if out is None:
-        return 1
-    n_out = int(np.prod(out)) if out else 1
-    w = idx.inits.get(node.input[1]) if len(node.input) > 1 else None
-    if node.op_type in ("Conv", "ConvTranspose") and w is not None and len(w.dims) >= 3:
-        per = int(np.prod(w.dims[1:]))
-        return n_out * per if node.op_type == "Conv" else int(np.prod(shapes.get(node.input[0], out))) * per
-    if node.op_type in ("Gemm", "MatMul"):
-        a = shapes.get(node.input[0])
-        k = a[-1] if a else (w.dims[0] if w is not None and w.dims else 1)
-        return n_out * int(k)
-    return n_out
+    return int(np.prod(out)) if out is not None else 1
 
 
 def _relative_errors(ref_proto: Any, q_proto: Any, names: Sequence[str], feeds: Sequence[Mapping[str, np.ndarray]],
-                     session: Callable[[Any], Any]) -> Tuple[Dict[str, float], Dict[str, Tuple[int, ...]]]:
+                     session: Callable[[Any], Any]) -> Tuple[Dict[str, float], Dict[str, List[Any]]]:
     """``||fp32 - int8||^2 / ||fp32||^2`` of each tensor in ``names`` over ``feeds``, and each tensor's
     shape on the first feed."""
     ref_s, q_s = session(_expose(ref_proto, names)), session(_expose(q_proto, names))
@@ -79,13 +77,13 @@ def _relative_errors(ref_proto: Any, q_proto: Any, names: Sequence[str], feeds: 
     names = [n for n in names if n in avail]
     noise = dict.fromkeys(names, 0.0)
     power = dict.fromkeys(names, 0.0)
-    shapes: Dict[str, Tuple[int, ...]] = {}
+    shapes: Dict[str, List[Any]] = {}
     for feed in feeds:
         r = ref_s.run(names, dict(feed))
         q = q_s.run(names, dict(feed))
         for n, a, b in zip(names, r, q):
             a64 = np.asarray(a, np.float64)
-            shapes.setdefault(n, tuple(a64.shape))
+            shapes.setdefault(n, list(a64.shape))
             noise[n] += float(np.sum((a64 - np.asarray(b, np.float64)) ** 2))
             power[n] += float(np.sum(a64 * a64))
     return {n: noise[n] / power[n] if power[n] > 0 else 0.0 for n in names}, shapes
@@ -97,29 +95,27 @@ def search_fallback(order: Sequence[str], holds: Callable[[Sequence[str]], Tuple
     ``holds(prefix)`` true, found by doubling then bisecting; ``start``: a prefix length known to
     fail. Returns ``(prefix, result of the last holding or last tried evaluation, holds, evaluations)``."""
     n = len(order) if limit is None else min(limit, len(order))
-    evals = 0
-    lo, hi = min(start, n), None  # lo: largest k known to fail; hi: smallest k known to hold
     results: Dict[int, Any] = {}
+
+    def probe(k: int) -> bool:
+        ok, results[k] = holds(order[:k])
+        return ok
+
+    lo, hi = min(start, n), None  # lo: largest k known to fail; hi: smallest k known to hold
     k = min(n, 2 * lo) if lo else 1
     while k <= n and hi is None:
-        ok, res = holds(order[:k])
-        evals += 1
-        results[k] = res
-        if ok:
+        if probe(k):
             hi = k
         else:
             lo = k
             k = n if k < n and 2 * k > n else 2 * k
     if hi is None:
         last = max(results) if results else 0
-        return list(order[:last]), results.get(last), False, evals
+        return list(order[:last]), results.get(last), False, len(results)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        ok, res = holds(order[:mid])
-        evals += 1
-        results[mid] = res
-        if ok:
+        if probe(mid):
             hi = mid
         else:
             lo = mid
-    return list(order[:hi]), results[hi], True, evals
+    return list(order[:hi]), results[hi], True, len(results)

@@ -138,10 +138,10 @@ def _shapes_and_weights(g: Any, shapes_given: Mapping[str, Sequence[int]]
 def _node_flops(node: Any, shapes: Dict[str, List[Any]]) -> Tuple[Optional[float], Optional[float]]:
     """``(flops, macs)``: 2 x MACs for Conv/Gemm/MatMul, one per output element otherwise;
     None when the shapes are not concrete."""
-    from .formats.onnx import _node_macs
+    from .formats.onnx import node_macs
 
     if node.op_type in _MAC_OPS:
-        macs = _node_macs(node, shapes)
+        macs = node_macs(node, shapes)
         return (2.0 * macs, float(macs)) if macs is not None else (None, None)
     out_count = _numel(shapes.get(node.output[0])) if node.output else None
     return (float(out_count) if out_count is not None else None), None

@@ -22,6 +22,7 @@ int8 optional), bias int32 with scale ``s_in * s_w``; Sigmoid/Softmax outputs ge
 """
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from ..graph import GraphIndex
@@ -102,10 +103,7 @@ class OnnxRuntimeScheme(Scheme):
     def _macs_per_output(idx: GraphIndex, node: Any) -> int:
         w = idx.inits.get(node.input[1]) if len(node.input) > 1 else None
         dims = list(w.dims) if w is not None else []
-        prod = 1
-        for d in dims[1:]:
-            prod *= int(d)
-        return prod if len(dims) >= 3 else 1 << 30  # unknown weight: never counted as low intensity
+        return math.prod(dims[1:]) if len(dims) >= 3 else 1 << 30  # unknown weight: never low intensity
 
     def _variant(self, ops: Iterable[str], float_layers: Iterable[str] = ()) -> "OnnxRuntimeScheme":
         return type(self)(self.per_channel, self.reduce_range, self.activation_dtype, int8_ops=ops,

@@ -89,7 +89,8 @@ def quantize_cmd(
     cfg = QuantizeConfig(
         scheme=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
         eval_data=eval_data, labels=labels, max_drop=max_drop, min_cosine=min_cosine, budget=not no_budget,
-        task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None, exclude=exclude or (), bias_correction=not no_bias_correction,
+        task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
+        exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,

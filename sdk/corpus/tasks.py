@@ -12,7 +12,7 @@ segmentation — mask IoU at 0.5; landmarks — share of points within 2% of the
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,21 +96,29 @@ def _classwise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, i
     return np.concatenate([boxes[keep], scores[keep, None], classes[keep, None]], 1).astype(np.float32)
 
 
+def _match(ref: np.ndarray, cand: np.ndarray, iou: float) -> Tuple[np.ndarray, np.ndarray]:
+    """One sample's candidate detections, highest score first, and whether each matches a reference
+    box (same class, IoU >= ``iou``, best IoU among those not matched yet): ``(sorted cand, hits)``."""
+    cand = cand[np.argsort(-cand[:, 4], kind="stable")] if len(cand) else cand
+    hits = np.zeros(len(cand), bool)
+    used = np.zeros(len(ref), bool)
+    for n, det in enumerate(cand):
+        same = (ref[:, 5] == det[5]) & ~used if len(ref) else np.zeros(0, bool)
+        if not same.any():
+            continue
+        ious = np.where(same, _iou(det[:4], ref[:, :4]), -1.0)
+        j = int(np.argmax(ious))
+        if ious[j] >= iou:
+            used[j] = hits[n] = True
+    return cand, hits
+
+
 def box_f1(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5) -> float:
     """Matched-box F1 at ``iou`` (same class), pooled over samples; 1.0 when both find nothing."""
     tp = n_ref = n_cand = 0
     for ref, cand in zip(reference, candidate):
         n_ref, n_cand = n_ref + len(ref), n_cand + len(cand)
-        used = np.zeros(len(ref), bool)
-        for det in cand[np.argsort(-cand[:, 4])] if len(cand) else []:
-            same = (ref[:, 5] == det[5]) & ~used if len(ref) else np.zeros(0, bool)
-            if not same.any():
-                continue
-            ious = np.where(same, _iou(det[:4], ref[:, :4]) if len(ref) else 0.0, -1.0)
-            j = int(np.argmax(ious))
-            if ious[j] >= iou:
-                used[j] = True
-                tp += 1
+        tp += int(_match(ref, cand, iou)[1].sum())
     if n_ref + n_cand == 0:
         return 1.0
     return 2.0 * tp / (n_ref + n_cand)
@@ -133,32 +141,19 @@ def box_map(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], io
     classes = sorted({int(c) for r in reference for c in r[:, 5]})
     if not classes:
         return 1.0 if all(len(c) == 0 for c in candidate) else 0.0
+    matched = [_match(ref, cand, iou) for ref, cand in zip(reference, candidate)]
     aps = []
     for k in classes:
-        scores: List[float] = []
-        hits: List[bool] = []
-        n_truth = 0
-        for ref, cand in zip(reference, candidate):
-            truth = ref[ref[:, 5] == k] if len(ref) else ref
-            n_truth += len(truth)
-            dets = cand[cand[:, 5] == k] if len(cand) else cand
-            used = np.zeros(len(truth), bool)
-            for det in dets[np.argsort(-dets[:, 4], kind="stable")]:
-                hit = False
-                if len(truth):
-                    ious = np.where(used, -1.0, _iou(det[:4], truth[:, :4]))
-                    j = int(np.argmax(ious))
-                    if ious[j] >= iou:
-                        used[j] = hit = True
-                scores.append(float(det[4]))
-                hits.append(hit)
-        aps.append(_average_precision(np.array(scores), np.array(hits, float), n_truth) if scores else 0.0)
+        n_truth = sum(int(np.sum(ref[:, 5] == k)) for ref in reference if len(ref))
+        scores = np.concatenate([c[c[:, 5] == k, 4] for c, _ in matched if len(c)] or [np.zeros(0)])
+        hits = np.concatenate([h[c[:, 5] == k] for c, h in matched if len(c)] or [np.zeros(0, bool)])
+        aps.append(_average_precision(scores, hits.astype(float), n_truth) if len(scores) else 0.0)
     return float(np.mean(aps))
 
 
 class _Detector(Task):
     metric_name = "box mAP@0.5 vs FP32"
-    conf = 0.25
+    conf: float  # the detection threshold, set by each detector
 
     def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
         raise NotImplementedError

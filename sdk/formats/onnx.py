@@ -307,7 +307,7 @@ def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
         if node.op_type not in _MAC_OPS or node.domain not in ("", "ai.onnx"):
             continue
         try:
-            macs = _node_macs(node, shapes)
+            macs = node_macs(node, shapes)
         except (IndexError, ValueError, TypeError, KeyError):  # malformed attributes or shapes
             macs = None
         if macs is None:
@@ -318,7 +318,9 @@ def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
     return (total if counted else None), unknown
 
 
-def _node_macs(node: Any, shapes: Dict[str, List[Any]]) -> Optional[int]:
+def node_macs(node: Any, shapes: Dict[str, List[Any]]) -> Optional[int]:
+    """Multiply-accumulates of one Conv/ConvTranspose/Gemm/MatMul ``node`` from ``shapes`` (tensor
+    name -> dims, weights included); None for other ops or when a shape it needs is not concrete."""
     if len(node.input) < 2 or not node.output:
         return None
     attrs = {a.name: a for a in node.attribute}
