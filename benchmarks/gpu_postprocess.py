@@ -12,11 +12,10 @@ Needs a GPU, NumPy, a CUDA backend, and torch + torchvision with CUDA for the co
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from typing import Any, Callable, Dict, List
 
 import numpy as np
+from gputiming import median_interleaved
 
 ROWS = (1000, 8400, 25200, 50000)
 CLASSES = (1, 10, 80)
@@ -37,19 +36,6 @@ def _torch_post(torch: Any, tv_ops: Any) -> Callable[[Any], Dict[str, np.ndarray
         return {"rows": idx[keep].cpu().numpy(), "boxes": boxes[keep].cpu().numpy(), "scores": s[keep].cpu().numpy()}
 
     return run
-
-
-def _median_interleaved(fns: Dict[str, Callable[[], Any]], runs: int) -> Dict[str, float]:
-    for fn in fns.values():  # warm up (kernel compile, allocator, cuDNN-free paths)
-        for _ in range(3):
-            fn()
-    times: Dict[str, List[float]] = {k: [] for k in fns}
-    for _ in range(runs):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def run(backend: Any, runs: int = 50, quick: bool = False) -> List[Dict[str, Any]]:
@@ -78,7 +64,7 @@ def run(backend: Any, runs: int = 50, quick: bool = False) -> List[Dict[str, Any
                     tp = torch.from_numpy(pred).cuda()
                     tpost = _torch_post(torch, tv_ops)
                     fns["torchvision"] = lambda: tpost(tp)
-                med = _median_interleaved(fns, runs)
+                med = median_interleaved(fns, runs)
                 ours = fns["edgesdk"]()
                 row = {"rows": n, "classes": classes, "edgesdk_ms": med["edgesdk"], "kept": len(ours)}
                 if has_torch:

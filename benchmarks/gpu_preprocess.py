@@ -12,11 +12,10 @@ and <= 1.3x torch pre-pinned.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 import numpy as np
+from gputiming import median_interleaved
 
 MEAN, STD = (123.675, 116.28, 103.53), (58.395, 57.12, 57.375)
 BANDS = 4  #: the banded variant: uploads of 4 row bands overlapped with the kernel
@@ -82,16 +81,7 @@ def run(backend: Any, runs: int = 100) -> Dict[str, Any]:
             pageable, pinned = torch.from_numpy(frame), torch.from_numpy(frame).pin_memory()
             fns["torch pageable"] = lambda: tpre(pageable)
             fns["torch pre-pinned"] = lambda: tpre(pinned)
-        for fn in fns.values():
-            for _ in range(5):
-                fn()
-        times: Dict[str, List[float]] = {k: [] for k in fns}
-        for _ in range(runs):
-            for name, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append((time.perf_counter() - t0) * 1e3)
-        out["median_ms"] = {k: statistics.median(v) for k, v in times.items()}
+        out["median_ms"] = median_interleaved(fns, runs, warmup=5)
         mine = pre(frame)
         out["banded_max_abs_diff"] = float(np.abs(banded(frame) - mine).max())  # must be 0
         m = out["median_ms"]

@@ -198,6 +198,8 @@ def check_postprocess(backend: Any, runs: int, quick: bool,
 
 
 def _load_benchmark(name: str) -> Any:
+    if str(ROOT / "benchmarks") not in sys.path:  # the scripts import their shared helpers (gputiming)
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     path = ROOT / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"edgesdk_bench_{name}", path)
     module = importlib.util.module_from_spec(spec)

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.quantize import qmodels
+from tests.remote.sshd import wait_listening
 
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="needs Ray: pip install 'edgesdk[ray]'")
@@ -117,7 +118,7 @@ def ray_cluster() -> Iterator[Cluster]:
         procs.append(subprocess.Popen([_ray_cli(), "start", "--head", f"--port={port}", "--include-dashboard=false",
                                        f"--temp-dir={tmp}", *common], env=env, stdout=logs[0],
                                       stderr=subprocess.STDOUT, start_new_session=True))
-        _wait_port(port, procs[0], Path(tmp) / "head.log")
+        wait_listening(port, procs[0], Path(tmp) / "head.log", START_TIMEOUT_S, name="ray start --head")
         procs.append(subprocess.Popen([_ray_cli(), "start", f"--address={address}", *common], env=env, stdout=logs[1],
                                       stderr=subprocess.STDOUT, start_new_session=True))
         ray.init(address=address, logging_level="ERROR")
@@ -143,19 +144,6 @@ def ray_cluster() -> Iterator[Cluster]:
         leftovers = [pid for p in procs for pid in _live_members(p.pid)]
         shutil.rmtree(tmp, ignore_errors=True)
         assert not leftovers, f"Ray processes left running: {leftovers}"
-
-
-def _wait_port(port: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"ray start --head exited: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError("the Ray head did not start listening")
 
 
 # -- data ------------------------------------------------------------------------------------------------

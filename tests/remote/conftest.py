@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Sequence
 
 import pytest
 
-from tests.remote.sshd import SFTP_SERVER, SSH_KEYGEN, SSHD, Sshd, _wait_listening, free_port, keygen
+from tests.remote.sshd import SFTP_SERVER, SSH_KEYGEN, SSHD, Sshd, wait_listening, free_port, keygen
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +55,7 @@ def sshd_factory(tmp_path_factory, client_key):
         proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         srv = Sshd(port=port, dir=d, proc=proc, host_key=host_key, log=log)
         started.append(srv)
-        _wait_listening(port, proc, log)
+        wait_listening(port, proc, log)
         return srv
 
     yield start

@@ -64,17 +64,19 @@ class Sshd:
                 self.proc.kill()
 
 
-def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 10.0) -> None:
+def wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 10.0, name: str = "sshd") -> None:
+    """Return once ``proc`` (a server started by a test) accepts connections on 127.0.0.1:``port``;
+    RuntimeError with the tail of its ``log`` when it exits first or does not listen in time."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited: {log.read_text() if log.exists() else ''}")
+            raise RuntimeError(f"{name} exited: {log.read_text()[-2000:] if log.exists() else ''}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError("sshd did not start listening")
+    raise RuntimeError(f"{name} did not start listening")
 
 
 def trust(home: Path, srv: Sshd, host: str = "127.0.0.1", port: Optional[int] = None) -> None:
