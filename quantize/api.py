@@ -487,7 +487,13 @@ class _Run:
         from .fallback import rank_layers, search_fallback
 
         feeds = [f for f, _ in _take(eval_src.samples(), self.cfg.sensitivity_samples)]
-        rows = rank_layers(self.work, self.qproto, list(self.qplan.layers), feeds, ort_session)
+        layers = list(self.qplan.layers)
+
+        def only_int8(keep: Sequence[str]) -> Any:
+            kept = set(keep)
+            return self.builder.build(exclude=list(self.cfg.exclude) + [x for x in layers if x not in kept])[0]
+
+        rows = rank_layers(self.work, self.qproto, layers, feeds, ort_session, only_int8)
         self.sensitivity = rows
         if not needs_fallback:
             return result

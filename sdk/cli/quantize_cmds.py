@@ -143,8 +143,8 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
             t = acc["task"]
             c.print(f"top-1 accuracy: FP32 {t['fp32']:.2f}%, INT8 {t['int8']:.2f}% (drop {t['drop_points']:.2f} points)")
     if rep.get("sensitivity"):
-        worst = ", ".join(f"{r['layer']} ({r['added_error']:.2e})" for r in rep["sensitivity"][:5])
-        c.print(f"most sensitive layers (relative error they add): {worst}")
+        worst = ", ".join(f"{r['layer']} ({r['added_error']:.2e} x gain {r['gain']:.2g})" for r in rep["sensitivity"][:5])
+        c.print(f"most sensitive layers (relative error they add x its gain to the outputs): {worst}")
     if rep.get("fallback_layers"):
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
     lat = rep.get("latency")

@@ -95,8 +95,9 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
                     method="minmax", budget=False, speed_check=False)
     sens = base.report["sensitivity"]
     assert len(sens) == base.report["layers"]["quantized"]
-    added = [r["added_error"] for r in sens]
-    assert added == sorted(added, reverse=True) and added[0] > 0  # most sensitive first
+    score = [r["score"] for r in sens]
+    assert score == sorted(score, reverse=True) and score[0] > 0  # the largest share of the output error first
+    assert all(r["score"] == pytest.approx(r["added_error"] * r["gain"]) for r in sens)
     assert all(r["cost"] > 0 for r in sens) and max(r["cost"] for r in sens) > 1000  # MACs at the data's shapes
     cos = base.report["accuracy"]["outputs"]["logits"]["cosine"]
     # a budget just above what full INT8 reaches: the most sensitive layers go back to float
@@ -105,7 +106,7 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
                    method="minmax", output=tmp_path / "fb.onnx", speed_check=False)
     fb = res.report["fallback_layers"]
     assert fb and fb[0] == sens[0]["layer"]
-    assert res.report["budget"]["holds"] is True and not any("budget" in f for f in res.failures)
+    assert res.report["budget"]["holds"] is True and not any("budget" in f for f in res.failures), res.failures
     assert res.report["accuracy"]["outputs"]["logits"]["cosine"] >= target
     assert res.report["layers"]["quantized"] <= base.report["layers"]["quantized"] - len(fb)
     # doubling then bisecting: a handful of evaluations, not one per layer

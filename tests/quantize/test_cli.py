@@ -72,6 +72,7 @@ def test_failed_budget_exits_1_and_still_writes(residual_model, residual_calib, 
     assert "error: nothing is quantized" in p.stderr and "Traceback" not in p.stderr
     rep = json.loads((tmp_path / "r.json").read_text())
     assert out.exists() and rep["layers"]["quantized"] == 0 and rep["failures"]
+    assert "most sensitive layers" in p.stdout and " x gain " in p.stdout  # the ranking the fallback followed
     assert "RuntimeWarning" not in p.stderr
 
 
