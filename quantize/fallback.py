@@ -74,8 +74,9 @@ def _group_gains(ref_proto: Any, ordered: Sequence[str], added: Mapping[str, flo
     outputs = [o.name for o in ref_s.get_outputs() if o.type == "tensor(float)"]
     refs = [ref_s.run(outputs, dict(f)) for f in feeds]
     gains: Dict[str, float] = {}
-    for group in np.array_split(np.asarray(ordered, dtype=object), n_groups):
-        group = [str(g) for g in group]
+    bounds = np.linspace(0, len(ordered), n_groups + 1).round().astype(int)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        group = list(ordered[a:b])
         q_s = session(only_int8(group))
         err = 0.0
         for feed, ref in zip(feeds, refs):
