@@ -4,7 +4,7 @@ For every ONNX model of the corpus: the same calibration inputs (``sdk.corpus.sa
 photos, documents or text made for the model's task, with its own preprocessing), each quantizer in its own subprocess (wall time, and peak RSS of the
 process tree sampled every 20 ms), interleaved runs, medians. Then in this process, for FP32, ours and
 quantize_static: what ONNX Runtime runs (int8 kernels in the optimized graph / quantizable nodes),
-latency on this host (interleaved rounds, medians of each model's median), and the task metric
+latency on this host (interleaved rounds, each model's median; three such measurements, their median), and the task metric
 against FP32 on held-out images (the corpus metric of the model). Prints one table row per model
 and the ratios.
 
@@ -178,10 +178,17 @@ def _median_run(results: list) -> dict:
     return mid
 
 
-def latencies_ms(paths: List[Path], feed: Dict[str, np.ndarray], rounds: int) -> List[float]:
+def latencies_ms(paths: List[Path], feed: Dict[str, np.ndarray], rounds: int,
+                 repeats: int = 3) -> Tuple[List[float], List[List[float]]]:
+    """Each model's latency: ``repeats`` interleaved measurements (``rounds`` rounds of 0.3 s each) on
+    the same sessions, the median of the repeats; and every repeat (this VM's speed drifts by up to
+    1.5x within minutes: one measurement can land in a slow spell for one model only)."""
     from sdk.quantize.speed import latencies_ms as lat
+    from sdk.quantize.speed import session
 
-    return lat([str(p) for p in paths], feed, rounds=rounds, round_s=0.3)
+    sessions = [session(str(p)) for p in paths]
+    runs = [lat(sessions, feed, rounds=rounds, round_s=0.3) for _ in range(max(1, repeats))]
+    return [float(np.median([r[i] for r in runs])) for i in range(len(paths))], runs
 
 
 def fusion(path: Path) -> Dict[str, Any]:
@@ -218,10 +225,11 @@ def bench_model(name: str, a, work: Path) -> Dict[str, Any]:
                 extra += ["--eval", str(epath)] + (["--corpus-name", name] if a.ours_budget == "task" else [])
             runs[role].append(run_role(role, common + extra))
     ours, ort_res = _median_run(runs["ours"]), _median_run(runs["ort"])
-    lat = latencies_ms([model_path, ours_p, ort_p], ev[0], a.rounds)
+    lat, lat_runs = latencies_ms([model_path, ours_p, ort_p], ev[0], a.rounds, a.latency_repeats)
     fus = {"ours": fusion(ours_p), "ort": fusion(ort_p)}
     metric = task_metric(name, [model_path, ours_p, ort_p], ev)
-    return {"model": name, "ours": ours, "ort": ort_res, "latency_ms": lat, "fusion": fus, "metric": metric}
+    return {"model": name, "ours": ours, "ort": ort_res, "latency_ms": lat, "latency_runs_ms": lat_runs,
+            "fusion": fus, "metric": metric}
 
 
 def print_table(rows: List[Dict[str, Any]]) -> None:
@@ -235,6 +243,9 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
               f"{f['ours']['int8_kernels']:>17}/{f['ort']['int8_kernels']}/{quantizable:<12}"
               f"{lat[0]:>9.2f}{lat[1]:>9.2f}{lat[2]:>9.2f}{lat[0] / lat[1]:>7.2f}x{lat[0] / lat[2]:>6.2f}x"
               f"{o['process_wall_s']:>9.1f}/{q['process_wall_s']:<7.1f}{o['peak_rss_mb']:>9.0f}/{q['peak_rss_mb']:<7.0f}")
+    print("speed-up over FP32 in each latency measurement (ours / quantize_static):")
+    for r in rows:
+        print(f"  {r['model']:<24}" + "  ".join(f"{m[0] / m[1]:.2f}x / {m[0] / m[2]:.2f}x" for m in r["latency_runs_ms"]))
     print("task metric vs FP32 (corpus metric: FP32 with itself / ours / quantize_static):")
     for r in rows:
         fp, ours, ort_m = r["metric"]
@@ -283,6 +294,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", help="corpus model names (default: every ONNX model)")
     ap.add_argument("--repeat", type=int, default=1, help="interleaved runs of each quantizer (median wall time)")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds")
+    ap.add_argument("--latency-repeats", type=int, default=3,
+                    help="latency measurements per model set (the median is reported, each is printed)")
     ap.add_argument("--memory", action="store_true", help="run the calibration memory benchmark instead")
     ap.add_argument("--memory-model", default="nudenet-320n")
     ap.add_argument("--workdir", default=None)
