@@ -61,9 +61,11 @@ class OutputAccumulator:
         self.noise += float(np.sum((r - o) ** 2))
         if r.size:
             self.max_abs = max(self.max_abs, float(np.max(np.abs(r - o))))
-        if r.ndim == 2 and r.shape[-1] > 1:
+        if r.shape[-1:] != (1,) and (r.ndim == 2 or (r.ndim == 3 and _distributions(r))):
+            # a classifier's [N, classes], or a sequence of class distributions [N, T, classes] (a CTC
+            # recognizer's softmax: agreement per position, where 1-CER moves and the cosine barely does)
             self.top1_same += int(np.sum(np.argmax(r, -1) == np.argmax(o, -1)))
-            self.rows += r.shape[0]
+            self.rows += int(np.prod(r.shape[:-1]))
         else:
             self.classifier = False
 
@@ -77,6 +79,12 @@ class OutputAccumulator:
         if self.integer:
             row["element_agreement"] = self.equal / self.elements if self.elements else 1.0
         return row
+
+
+def _distributions(x: np.ndarray) -> bool:
+    """Every row along the last axis is a probability distribution (softmax output)."""
+    return bool(x.size) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0 + 1e-6 \
+        and bool(np.allclose(x.sum(-1), 1.0, atol=1e-3))
 
 
 def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], List[Any], int]],
@@ -140,7 +148,8 @@ class Budget:
     max_drop: Optional[float] = None
     min_cosine: Optional[float] = None
     min_task_metric: Optional[float] = None
-    #: the first output's top-1 agreement with FP32, when it is a classifier's ``[N, classes]``
+    #: the first output's top-1 agreement with FP32, when it is a classifier's ``[N, classes]`` or a
+    #: sequence of class distributions ``[N, T, classes]`` (per position)
     min_top1_agreement: Optional[float] = None
 
     def describe(self) -> str:

@@ -606,7 +606,8 @@ class _Run:
 
 def _budget(cfg: QuantizeConfig) -> Any:
     """The budget asked for; with held-out data and none asked for, the default: every float output's
-    cosine >= :data:`DEFAULT_MIN_COSINE` and, for a classifier, top-1 agreement >= :data:`DEFAULT_MIN_TOP1`."""
+    cosine >= :data:`DEFAULT_MIN_COSINE` and, for a classifier (or a recognizer's per-position class
+    distributions), top-1 agreement >= :data:`DEFAULT_MIN_TOP1`."""
     from .accuracy import Budget
 
     min_cos, min_task, min_top1 = cfg.min_cosine, cfg.min_task_metric, None

@@ -118,6 +118,27 @@ def test_sensitivity_and_fallback(residual_model, residual_calib, residual_eval,
     assert not res.ok and any("budget" in f and "does not hold" in f for f in res.failures)
 
 
+def test_top1_agreement_per_position_of_a_recognizer():
+    """A CTC recognizer's softmax [N, T, classes]: agreement per position (PP-OCRv4's recognizer at
+    cosine >= 0.99 had 1.8 % of its positions flipped and 1-CER 0.982); a [N, rows, values] output
+    that is not a distribution (boxes and scores) has none."""
+    from sdk.quantize.accuracy import OutputAccumulator
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 25, 7))
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    flipped = probs.copy()
+    flipped[0, :5] = flipped[0, :5, ::-1]  # 5 of 50 positions take another class (the reversed order)
+    acc = OutputAccumulator()
+    acc.update(probs.astype(np.float32), flipped.astype(np.float32))
+    row = acc.result()
+    changed = int(np.sum(probs.argmax(-1) != flipped.argmax(-1)))
+    assert row["top1_agreement"] == pytest.approx(1 - changed / 50) and changed >= 4
+    acc = OutputAccumulator()
+    acc.update(logits * 10, logits * 10)  # raw values, not distributions: no per-position agreement
+    assert "top1_agreement" not in acc.result()
+
+
 def test_default_budget_and_nothing_quantized(residual_model, residual_calib, residual_eval):
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1)
     assert res.report["budget"]["min_cosine"] == 0.99 and res.report["budget"]["default"] is True
