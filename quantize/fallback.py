@@ -35,7 +35,7 @@ def rank_layers(ref_proto: Any, q_proto: Any, layers: Sequence[str], feeds: Sequ
     "score", "added_error", "gain", "cost"}]``.
 
     ``added_error``: the layer's int8 form (``q_proto``'s Q/DQ and weights) run on FP32's inputs,
-    against FP32's output (relative squared error); ``gain``: the output error of the layer's group
+    against FP32's output (relative squared error, mean over channels); ``gain``: the output error of the layer's group
     alone in int8 over the group's summed ``added_error`` (1.0 without ``only_int8``); ``score``:
     their product; ``cost``: the layer's multiply-accumulates (output elements for ops without
     weights) at the data's shapes, what keeping it in float gives up. ``session(proto)`` makes an
@@ -80,11 +80,11 @@ def _group_gains(ref_proto: Any, ordered: Sequence[str], added: Mapping[str, flo
         q_s = session(only_int8(group))
         err = 0.0
         for feed, ref in zip(feeds, refs):
-            for a, b in zip(ref, q_s.run(outputs, dict(feed))):
-                a64 = np.asarray(a, np.float64)
-                power = float(np.sum(a64 * a64))
+            for want, got in zip(ref, q_s.run(outputs, dict(feed))):
+                want64 = np.asarray(want, np.float64)
+                power = float(np.sum(want64 * want64))
                 if power > 0:
-                    err += float(np.sum((a64 - np.asarray(b, np.float64)) ** 2)) / power
+                    err += float(np.sum((want64 - np.asarray(got, np.float64)) ** 2)) / power
         own = sum(added.get(name, 0.0) for name in group)
         for name in group:
             gains[name] = err / len(feeds) / own if own > 0 else 0.0
