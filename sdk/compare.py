@@ -104,15 +104,9 @@ class Comparison:
 
     @property
     def unsettled(self) -> List[str]:
-        """``["A", "B"]``: the runs during which the machine's speed moved (median drift between the
-        run's halves, or a p50 interval, past :data:`sdk.stats.NOISE_LIMITS`)."""
-        from .stats import NOISE_LIMITS
-
-        def moved(n: Any) -> bool:
-            return n is not None and ((n.drift_pct is not None and n.drift_pct > NOISE_LIMITS["drift_pct"])
-                                      or (n.p50_ci_width_pct is not None
-                                          and n.p50_ci_width_pct > NOISE_LIMITS["p50_ci_width_pct"]))
-        return [label for label, r in (("A", self.a), ("B", self.b)) if moved(r.stats.noise)]
+        """``["A", "B"]``: the runs during which the machine's speed moved (:attr:`sdk.result.Noise.unsettled`)."""
+        return [label for label, r in (("A", self.a), ("B", self.b))
+                if r.stats.noise is not None and r.stats.noise.unsettled]
 
     @property
     def inconclusive_reasons(self) -> List[str]:

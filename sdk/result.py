@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import InputError, ResultFormatError
-from .stats import CI_PERCENTILES, noise_report, percentile, quantile_ci
+from .stats import CI_PERCENTILES, NOISE_LIMITS, noise_report, percentile, quantile_ci
 
 __all__ = ["BenchResult", "LatencyStats", "Noise", "Power", "Energy", "SCHEMA_VERSION", "OPTIONAL_SECTIONS",
            "schema_path", "load_result_json"]
@@ -112,6 +112,13 @@ class Noise:
     warnings: Tuple[str, ...] = ()
     cpu_wait_pct: Optional[float] = None
     contended: bool = False
+
+    @property
+    def unsettled(self) -> bool:
+        """The machine's speed moved during the run: the median drifted between its halves, or the
+        p50's interval is wider than :data:`sdk.stats.NOISE_LIMITS` allow."""
+        return (self.drift_pct is not None and self.drift_pct > NOISE_LIMITS["drift_pct"]) or \
+            (self.p50_ci_width_pct is not None and self.p50_ci_width_pct > NOISE_LIMITS["p50_ci_width_pct"])
 
     def to_dict(self) -> Dict[str, Any]:
         return {"cv": self.cv, "drift_pct": self.drift_pct, "p50_ci_width_pct": self.p50_ci_width_pct,
