@@ -46,9 +46,11 @@ def rank_layers(ref_proto: Any, q_proto: Any, layers: Sequence[str], feeds: Sequ
     position = {n.name: i for i, n in enumerate(ref_proto.graph.node)}
     layer_nodes.sort(key=lambda n: position[n.name])
     ins = sorted({i for n in layer_nodes for i in n.input if i and idx.is_activation(i) and i in idx.producer})
+    outputs = [o.name for o in ref_proto.graph.output if o.type.tensor_type.elem_type == 1]  # FLOAT
     side, pairs = _side_by_side(ref_proto, q_proto, [n.name for n in layer_nodes], ins)
-    added, seen = _pair_errors(side, pairs, ins, feeds, session)
-    gains = (_group_gains(ref_proto, [n.name for n in layer_nodes], added, feeds[:GAIN_SAMPLES], session, only_int8)
+    gain_feeds = feeds[:GAIN_SAMPLES] if only_int8 is not None else []
+    added, seen, refs = _pair_errors(side, pairs, ins, feeds, session, outputs, len(gain_feeds))
+    gains = (_group_gains([n.name for n in layer_nodes], added, gain_feeds, outputs, refs, session, only_int8)
              if only_int8 is not None else {})
     shapes: Dict[str, List[Any]] = {name: list(t.dims) for name, t in idx.inits.items()}
     shapes.update({k: list(np.shape(v)) for k, v in (feeds[0].items() if feeds else ())})
@@ -62,17 +64,14 @@ def rank_layers(ref_proto: Any, q_proto: Any, layers: Sequence[str], feeds: Sequ
     return rows
 
 
-def _group_gains(ref_proto: Any, ordered: Sequence[str], added: Mapping[str, float],
-                 feeds: Sequence[Mapping[str, np.ndarray]], session: Callable[[Any], Any],
+def _group_gains(ordered: Sequence[str], added: Mapping[str, float], feeds: Sequence[Mapping[str, np.ndarray]],
+                 outputs: Sequence[str], refs: Sequence[Sequence[np.ndarray]], session: Callable[[Any], Any],
                  only_int8: Callable[[Sequence[str]], Any]) -> Dict[str, float]:
     """Each layer's gain: the relative output error of its topological group alone in int8 (summed
-    over the float outputs) over the group's summed own noise."""
+    over the float ``outputs``, FP32's being ``refs`` per feed) over the group's summed own noise."""
     n_groups = min(GAIN_GROUPS, len(ordered))
     if n_groups < 2 or not feeds:
         return {}
-    ref_s = session(ref_proto)
-    outputs = [o.name for o in ref_s.get_outputs() if o.type == "tensor(float)"]
-    refs = [ref_s.run(outputs, dict(f)) for f in feeds]
     gains: Dict[str, float] = {}
     bounds = np.linspace(0, len(ordered), n_groups + 1).round().astype(int)
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -80,7 +79,7 @@ def _group_gains(ref_proto: Any, ordered: Sequence[str], added: Mapping[str, flo
         q_s = session(only_int8(group))
         err = 0.0
         for feed, ref in zip(feeds, refs):
-            for want, got in zip(ref, q_s.run(outputs, dict(feed))):
+            for want, got in zip(ref, q_s.run(list(outputs), dict(feed))):
                 want64 = np.asarray(want, np.float64)
                 power = float(np.sum(want64 * want64))
                 if power > 0:
@@ -170,19 +169,24 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
 
 
 def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequence[str],
-                 feeds: Sequence[Mapping[str, np.ndarray]],
-                 session: Callable[[Any], Any]) -> Tuple[Dict[str, float], Dict[str, List[Any]]]:
-    """``||a - b||^2 / ||a||^2`` of each ``(a, b)`` output pair of ``side`` over ``feeds``, and the
-    shapes (on the first feed) of the pairs' first tensors and of ``expose``."""
+                 feeds: Sequence[Mapping[str, np.ndarray]], session: Callable[[Any], Any],
+                 outputs: Sequence[str] = (), keep: int = 0
+                 ) -> Tuple[Dict[str, float], Dict[str, List[Any]], List[List[np.ndarray]]]:
+    """``||a - b||^2 / ||a||^2`` of each ``(a, b)`` output pair of ``side`` over ``feeds``; the
+    shapes (on the first feed) of the pairs' first tensors and of ``expose``; and FP32's ``outputs``
+    (model outputs ``side`` keeps) on the first ``keep`` feeds."""
     sess = session(side)
     avail = {o.name for o in sess.get_outputs()}
     pairs = {k: v for k, v in pairs.items() if v[0] in avail and v[1] in avail}
-    names = sorted({n for pair in pairs.values() for n in pair} | (set(expose) & avail))
+    names = sorted({n for pair in pairs.values() for n in pair} | (set(expose) & avail) | set(outputs))
     noise: Dict[str, Any] = dict.fromkeys(pairs, 0.0)
     power: Dict[str, Any] = dict.fromkeys(pairs, 0.0)
     shapes: Dict[str, List[Any]] = {}
-    for feed in feeds:
+    kept: List[List[np.ndarray]] = []
+    for i, feed in enumerate(feeds):
         got = dict(zip(names, sess.run(names, dict(feed))))
+        if i < keep:
+            kept.append([got[o] for o in outputs])
         for name, value in got.items():
             shapes.setdefault(name, list(np.shape(value)))
         for layer, (a_name, b_name) in pairs.items():
@@ -192,7 +196,7 @@ def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequen
                 axes = tuple(i for i in range(a.ndim) if i != 1)  # per channel where there are channels
                 noise[layer] = noise[layer] + np.sum((a - b) ** 2, axis=axes)
                 power[layer] = power[layer] + np.sum(a * a, axis=axes)
-    return {k: _channel_mean(noise[k], power[k]) for k in pairs}, shapes
+    return {k: _channel_mean(noise[k], power[k]) for k in pairs}, shapes, kept
 
 
 def _channel_mean(noise: Any, power: Any) -> float:
