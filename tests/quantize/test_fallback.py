@@ -9,20 +9,13 @@ import pytest
 from sdk.errors import QuantizationError
 from sdk.quantize import quantize
 from sdk.quantize.accuracy import ort_session
+from sdk.quantize.calibrate import augment
 from sdk.quantize.fallback import _channel_mean, rank_layers
 
 
 def _feeds(path, n):
     z = np.load(path)
     return [{"x": z["x"][i:i + 1]} for i in range(n)]
-
-
-def _expose(proto, names):
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    for n in names:
-        out.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
-    return out
 
 
 def test_own_noise_is_the_layer_alone_in_int8(residual_model, residual_calib, residual_eval):
@@ -50,7 +43,7 @@ def test_own_noise_is_the_layer_alone_in_int8(residual_model, residual_calib, re
         out = node.output[0]
         produced = {o for n in alone.graph.node for o in n.output}
         read = f"{out}_dequantized" if f"{out}_dequantized" in produced else out  # what float consumers read
-        got_s, ref_s = ort_session(_expose(alone, [read])), ort_session(_expose(ref, [out]))
+        got_s, ref_s = ort_session(augment(alone, [read])), ort_session(augment(ref, [out]))
         noise = power = 0.0
         for feed in feeds:
             a = np.asarray(ref_s.run([out], feed)[0], np.float64)
