@@ -64,7 +64,7 @@ def test_corpus_model_no_flags_keeps_the_task(fetched, name, tmp_path):
     unseen = corpus.sample_inputs(name, 24, seed=2)
     ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
     assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
-    # the fallback keeps what breaks the budget, not most of the model (layout-cdla, every conv int8 at
-    # first: 97 of 102 layers in float when layers were ranked by the error of their output in the INT8
-    # model; 42 ranked by their own noise x gain)
+    # the fallback keeps what breaks the budget, not most of the model (layout-cdla: 97 of 102 layers in
+    # float in the corpus benchmark when layers were ranked by the error of their output in the INT8
+    # model; 42 here, every conv int8 at first, ranked by their own noise x gain)
     assert len(res.report["fallback_layers"]) <= res.report["layers"]["quantizable"] // 2, res.report["fallback_layers"]
