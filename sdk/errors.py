@@ -17,6 +17,7 @@ libraries (onnx, onnxruntime, paramiko, TensorRT, ...) are translated where they
     │   ├── ModelFormatError        not ONNX / not TFLite / truncated
     │   ├── InvalidModelError       parses, but the graph is invalid
     │   └── UnsupportedModelError   valid, but this operation cannot handle it
+    │       └── ConversionError     the destination format cannot hold a node (names node, op, why)
     ├── TargetError                 a runtime backend
     │   ├── UnknownTargetError      (also an UnknownNameError)
     │   ├── TargetUnavailableError  runtime missing or broken on this machine
@@ -49,6 +50,7 @@ __all__ = [
     "ModelFormatError",
     "InvalidModelError",
     "UnsupportedModelError",
+    "ConversionError",
     "TargetError",
     "UnknownTargetError",
     "TargetUnavailableError",
@@ -155,6 +157,10 @@ class InvalidModelError(ModelError):
 
 class UnsupportedModelError(ModelError):
     """The model is valid, but the requested operation does not support it."""
+
+
+class ConversionError(UnsupportedModelError):
+    pass
 
 
 class TargetError(EdgeSDKError):

@@ -1,0 +1,86 @@
+"""Model format conversion: ``convert(source, output)`` picks the converter from the output's suffix.
+
+One converter per destination format, in the :data:`CONVERTERS` registry (keys are suffixes such as
+``".ort"`` or ``".tflite"``; entries are ``"module:function"`` strings loaded on first use, so listing
+them imports nothing heavy). A converter is ``fn(source: Path, output: Path, options: ConvertOptions)
+-> ConvertResult`` and writes ``output`` (plus any companion files it lists in ``extras``) atomically;
+a model it cannot convert raises one :class:`~sdk.errors.ConversionError` naming the node, op and why,
+before anything is written. Plugins register through the entry-point group ``edgesdk.converters``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from ..errors import ConversionError, InputError
+from ..registry import Registry
+
+__all__ = ["CONVERTERS", "ConvertOptions", "ConvertResult", "convert", "converter_suffixes"]
+
+SCHEMA = "edgesdk.convert/1"
+
+
+@dataclass
+class ConvertOptions:
+    """What a conversion may take: fixed input shapes (name -> dims), INT8 with calibration data,
+    and converter-specific ``extra`` items (``--option KEY=VALUE`` on the command line)."""
+
+    input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    int8: bool = False
+    calib: Optional[str] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ConvertResult:
+    """One conversion: source and output paths, the destination format, wall time in s,
+    companion files written beside the output (role -> path) and notes for the user."""
+
+    source: str
+    output: str
+    format: str
+    seconds: float = 0.0
+    extras: Dict[str, str] = field(default_factory=dict)
+    notes: List[str] = field(default_factory=list)
+    details: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"schema": SCHEMA, **asdict(self)}
+
+
+ConverterFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
+
+#: Output suffix -> converter function.
+CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={}, entry_points="edgesdk.converters",
+                                              known_label="known output formats")
+
+
+def converter_suffixes() -> Sequence[str]:
+    """The output suffixes some converter writes (``.ort``, ``.tflite``, ...)."""
+    return list(CONVERTERS)
+
+
+def convert(source: Union[str, Path], output: Union[str, Path], options: Optional[ConvertOptions] = None) -> ConvertResult:
+    """Convert the model at ``source`` into the format that ``output``'s suffix names.
+
+    Raises :class:`~sdk.errors.InputError` for a missing source or an output that would overwrite
+    it, :class:`~sdk.errors.UnknownNameError` for a suffix no converter writes (listing the known
+    ones) and :class:`~sdk.errors.ConversionError` for a model the format cannot hold."""
+    src, dst = Path(source), Path(output)
+    if not src.is_file():
+        raise InputError(f"model '{src}' not found")
+    if dst.resolve() == src.resolve():
+        raise InputError(f"-o '{dst}' is the source model itself: choose another output path")
+    suffix = dst.suffix.lower()
+    if not suffix:
+        raise InputError(f"-o '{dst}' has no suffix: the suffix names the format ({', '.join(CONVERTERS) or 'none'})")
+    fn = CONVERTERS.load(suffix)
+    t0 = time.perf_counter()
+    result = fn(src, dst, options or ConvertOptions())
+    if not isinstance(result, ConvertResult):
+        raise ConversionError(f"converter for {suffix} returned {type(result).__name__}, not a ConvertResult")
+    if not result.seconds:
+        result.seconds = time.perf_counter() - t0
+    return result
