@@ -294,7 +294,6 @@ def _injection_outcomes(sshd, tmp_path: Path, payloads) -> dict:
     from sdk.remote.push import push_file
     from sdk.remote.transport import SSHTransport
 
-    marker = tmp_path / "PWNED"                 # absolute-path payloads touch this
     homes = [Path.home(), Path(os.path.expanduser("~root"))]   # where a relative `touch PWNED` would land
     before = {h: (h / "PWNED").exists() for h in homes}
     work = tmp_path / "inj"
