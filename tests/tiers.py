@@ -19,6 +19,7 @@ reason only, whatever the test's name. Use :func:`skip_no_gpu` / :func:`skip_no_
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Dict, List, NoReturn, Tuple
 
 import pytest
@@ -74,6 +75,7 @@ def required(tier: str) -> bool:
 
 def require_or_skip(tier: str, reason: str) -> NoReturn:
     """The ``tier`` cannot run here because of ``reason``: fail when it is required, else skip."""
+    __tracebackhide__ = True   # the skip or failure is reported at the caller
     if required(tier):
         pytest.fail(f"tier '{tier}' is required (EDGESDK_REQUIRE) but cannot run: {reason} -- needs {TIERS[tier]}",
                     pytrace=False)
@@ -88,14 +90,17 @@ def needs(tier: str, available: bool, reason: str) -> pytest.MarkDecorator:
 
 
 def skip_no_gpu(detail: str) -> NoReturn:
+    __tracebackhide__ = True   # the skip or failure is reported at the caller
     pytest.skip(f"no GPU on this machine: {detail}")
 
 
 def skip_no_tensorrt(detail: str) -> NoReturn:
+    __tracebackhide__ = True   # the skip or failure is reported at the caller
     pytest.skip(f"no TensorRT libraries on this machine: {detail}")
 
 
 def skip_has_gpu(detail: str) -> NoReturn:
+    __tracebackhide__ = True   # the skip or failure is reported at the caller
     pytest.skip(f"this machine has a GPU: {detail}")
 
 
@@ -167,6 +172,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(f"{len(nodes):4d}  [{mark}] {why}   e.g. {nodes[0]}")
     bad = config.stash.get(_BAD_KEY, [])
     if bad and ci_gate_on():
+        # shown in pytest's last line ("N skipped, 1 skip-gate failed"); an object like a report, for other plugins
+        tr.stats.setdefault("skip-gate failed", []).append(SimpleNamespace(skips=bad, when="sessionfinish"))
         tr.write_line(f"CI skip gate FAILED: {len(bad)} skip(s) whose reason is not 'no GPU / no TensorRT "
                       f"libraries on this machine' (tests/tiers.py HARDWARE_SKIP_PREFIXES); install what they "
                       f"need or require their tier", red=True, bold=True)
