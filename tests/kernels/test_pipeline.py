@@ -70,7 +70,6 @@ def test_cuda_stages_refused_here_with_the_reason(photos):
 
 def test_cuda_matches_cpu(photos):  # pragma: no cover - needs a GPU
     from sdk.kernels.pipeline import _cuda_reason
-
     from sdk.targets.cuda.probe import probe_gpu
 
     why = _cuda_reason()

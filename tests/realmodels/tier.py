@@ -2,9 +2,10 @@
 
 Models come from the corpus (``sdk.corpus``: pinned wheels from the package index, extracted and
 checked by sha256, cached under ``~/.cache/edgesdk/corpus``). A corpus that is not fetched makes
-the tier skip with the reason (nothing is downloaded while collecting tests), unless
-the ``corpus`` tier is required (``EDGESDK_REQUIRE=corpus`` or ``EDGESDK_REQUIRE_CORPUS=1``: ``.ci/run``, which fetches it first; tests/tiers.py): there it is fetched if needed
-and a corpus that cannot be had fails the tier. The ``local`` board gets a profile of its own with a workdir under
+the tier skip with the reason (nothing is downloaded while collecting tests), unless the
+``corpus`` tier is required (tests/tiers.py: ``EDGESDK_REQUIRE=corpus`` or ``EDGESDK_REQUIRE_CORPUS=1``;
+``.ci/run``, which fetches it first): there it is fetched if needed and a corpus that cannot be
+had fails the tier. The ``local`` board gets a profile of its own with a workdir under
 the test's temp folder, so the tier never touches the shared board cache.
 """
 from __future__ import annotations

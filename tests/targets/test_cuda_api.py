@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-
 from tests import tiers
 
 import sdk.targets.cuda
