@@ -110,7 +110,7 @@ def hardware_reason(reason: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------
-# pytest hooks (tests/conftest.py imports them): the tier mark, the skip list and the CI gate.
+# pytest hooks (tests/conftest.py loads this module as a plugin): the tier mark, the skip list, the CI gate.
 
 _SKIPS: List[Tuple[str, str]] = []          # (node id, reason) of every skip this session
 _BAD_KEY = pytest.StashKey[List[Tuple[str, str]]]()
