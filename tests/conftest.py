@@ -7,6 +7,9 @@ import pytest
 
 from tests import modelzoo
 
+#: the test tiers (EDGESDK_REQUIRE) and the CI skip gate: tests/tiers.py
+pytest_plugins = ["tests.tiers"]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import tiers
+
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "digits" / "spec.toml"
 SPEC_FAIL = ROOT / "examples" / "digits" / "spec_fail.toml"
@@ -244,7 +246,7 @@ def _tflite_available() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _tflite_available(), reason="needs the tflite target (pip install 'edgesdk[tflite]')")
+@tiers.needs("tflite", _tflite_available(), "needs the tflite target (pip install 'edgesdk[tflite]')")
 def test_tflite_model_against_its_onnx_reference(example_eval, tmp_path):
     """A converted model (.tflite, NHWC, output 'output_0') on the board, the FP32 ONNX original
     as the reference: outputs are matched by position and compared."""

@@ -6,6 +6,8 @@ import subprocess
 
 import pytest
 
+from tests import tiers
+
 from sdk.kernels.loader import COMPILE_OPTIONS, kernel_sources
 
 SOURCES = kernel_sources()
@@ -23,7 +25,7 @@ def test_kernel_sources_shipped():
     assert {p.name for p in SOURCES} >= {"preprocess.cu", "postprocess.cu"}
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not found (no CUDA toolkit on this machine)")
+@tiers.needs("nvcc", _nvcc() is not None, "nvcc not found (no CUDA toolkit on this machine)")
 @pytest.mark.parametrize("arch", ["sm_87", "sm_75", "sm_90"])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_nvcc_compiles(src, arch, tmp_path):
@@ -34,20 +36,23 @@ def test_nvcc_compiles(src, arch, tmp_path):
 
 
 def _nvrtc():
+    """cuda-python's NVRTC module and None, or None and why it is not usable (the error, not swallowed)."""
     try:
         from sdk.targets.cuda.cudapython_backend import import_bindings
 
         _, nvrtc = import_bindings()
         nvrtc.nvrtcVersion()
-        return nvrtc
-    except Exception:
-        return None
+        return nvrtc, None
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the reason the tier cannot run
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-NVRTC = _nvrtc()
+NVRTC, WHY_NO_NVRTC = _nvrtc()
+needs_nvrtc = tiers.needs("nvrtc", NVRTC is not None,
+                          f"cuda-python's NVRTC is not usable here (cuda-python or libnvrtc missing): {WHY_NO_NVRTC}")
 
 
-@pytest.mark.skipif(NVRTC is None, reason="cuda-python's NVRTC is not usable here (cuda-python or libnvrtc missing)")
+@needs_nvrtc
 @pytest.mark.parametrize("cc", [(8, 7), (7, 5), (9, 0)])
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.name)
 def test_nvrtc_compiles(src, cc):
@@ -57,7 +62,7 @@ def test_nvrtc_compiles(src, cc):
     assert image[:4] == b"\x7fELF"  # a CUBIN for sm_XY
 
 
-@pytest.mark.skipif(NVRTC is None, reason="cuda-python's NVRTC is not usable here (cuda-python or libnvrtc missing)")
+@needs_nvrtc
 def test_nvrtc_compile_error_shows_log():
     from sdk.targets.cuda import CudaError
     from sdk.targets.cuda.cudapython_backend import nvrtc_compile

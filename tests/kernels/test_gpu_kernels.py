@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from tests import tiers
+
 from sdk.kernels.reference import (
     PostprocessSpec,
     synthetic_yolo_output,
@@ -111,7 +113,7 @@ def test_postprocess_real_detector_outputs(cuda):
 
     outs = nudenet_outputs()
     if outs is None:
-        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+        tiers.require_or_skip("corpus", "corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
     for thr in (0.05, 0.25):
         spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=thr)
         with GpuYoloPostprocessor(spec, outs[0].shape[1], outs[0].shape[0], backend=cuda) as post:

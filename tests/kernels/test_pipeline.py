@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests import tiers
 from tests.clirun import run_cli
 from tests.corpusfiles import corpus_file, photo_folder
 from sdk.errors import InputError
@@ -43,7 +44,7 @@ def test_stages_add_up_per_frame(split, photos):
 def test_the_detector_finds_the_astronauts_face(split):
     by = {d["image"]: d for d in split["pipeline"]["detections"]}
     if "astronaut.png" not in by:
-        pytest.skip("the astronaut photo is not in this corpus")
+        tiers.require_or_skip("corpus", "the astronaut photo is not in this corpus")
     top = by["astronaut.png"]["top"][0]
     assert top["score"] > 0.5 and top["class"] == 1  # nudenet class 1: FACE_FEMALE (Eileen Collins)
     x1, y1, x2, y2 = top["box"]
@@ -62,17 +63,20 @@ def test_cuda_stages_refused_here_with_the_reason(photos):
 
     why = _cuda_reason()
     if why is None:
-        pytest.skip("this machine has a GPU: the CUDA path runs in test_cuda_matches_cpu")
+        tiers.skip_has_gpu("the CUDA path runs in test_cuda_matches_cpu")
     with pytest.raises(InputError, match="cannot run here"):
         detect_pipeline(corpus_file("320n.onnx"), PipelineConfig(data=photos, device="cuda", frames=1))
 
 
 def test_cuda_matches_cpu(photos):  # pragma: no cover - needs a GPU
     from sdk.kernels.pipeline import _cuda_reason
+    from sdk.targets.cuda.probe import probe_gpu
 
     why = _cuda_reason()
+    if not probe_gpu().available:
+        tiers.skip_no_gpu(f"the CUDA kernels cannot run here: {why}")
     if why is not None:
-        pytest.skip(f"the CUDA kernels cannot run here: {why}")
+        tiers.require_or_skip("gpu-apis", f"the CUDA kernels cannot run here: {why}")
     cfg = dict(data=photos, input_size=(320, 320), frames=2, warmup=0)
     cpu = detect_pipeline(corpus_file("320n.onnx"), PipelineConfig(device="cpu", **cfg)).pipeline
     gpu = detect_pipeline(corpus_file("320n.onnx"), PipelineConfig(device="cuda", **cfg)).pipeline
@@ -95,7 +99,7 @@ def test_bench_pipeline_cli(photos, tmp_path, capsys):
     assert code == 2 and "does not exist" in err
 
 
-@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="g++ is needed to simulate the GPU on the CPU")
+@tiers.needs("gxx", __import__("shutil").which("g++") is not None, "g++ is needed to simulate the GPU on the CPU")
 def test_cuda_stages_on_the_simulated_gpu(photos, tmp_path):
     """SIMULATED GPU (tests/kernels/simgpu.py: the real .cu kernels compiled for the CPU): the
     pipeline's CUDA path (preprocess.cu, postprocess.cu through their wrappers) finds what the CPU

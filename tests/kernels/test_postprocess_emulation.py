@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from sdk.kernels.postprocess import _nms_mask, emulate, score_keys
+from tests import tiers
 from tests.kernels.cases import tied_scores
 from sdk.kernels.reference import (
     PostprocessSpec,
@@ -79,7 +80,7 @@ def test_emulation_equals_reference_on_a_real_detector(thr):
 
     outs = nudenet_outputs()
     if outs is None:
-        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+        tiers.require_or_skip("corpus", "corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
     spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=thr)
     kept = 0
     for pred in outs:

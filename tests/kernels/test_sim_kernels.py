@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from tests import tiers
 from tests.kernels.cases import tied_scores
 from sdk.kernels.reference import (
     PostprocessSpec,
@@ -18,7 +19,7 @@ from sdk.kernels.reference import (
 )
 from sdk.preprocess import PreprocessSpec, preprocess_reference
 
-pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is needed to simulate the GPU on the CPU")
+pytestmark = tiers.needs("gxx", shutil.which("g++") is not None, "g++ is needed to simulate the GPU on the CPU")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def test_postprocess_real_detector_outputs_on_the_simulated_gpu(sim):
 
     outs = nudenet_outputs(n=2)
     if outs is None:
-        pytest.skip("corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
+        tiers.require_or_skip("corpus", "corpus model nudenet-320n is not fetched (python scripts/fetch_corpus.py)")
     spec = PostprocessSpec(has_objectness=False, transposed=True, score_threshold=0.05, max_candidates=512)
     with GpuYoloPostprocessor(spec, outs[0].shape[1], outs[0].shape[0], backend=sim) as post:
         for pred in outs:

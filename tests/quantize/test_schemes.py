@@ -72,12 +72,14 @@ def test_onnxruntime_rules(residual_model, residual_calib, tmp_path):
         assert bdq is not None and v.inits[bdq.input[0]].dtype == np.int32    # int32 bias, scale s_in * s_w
         np.testing.assert_allclose(v.inits[bdq.input[1]], v.inits[xdq.input[1]] * v.inits[wdq.input[1]], rtol=1e-6)
     # Relu after a conv: no Q/DQ between them (ORT folds the Relu into the Q that follows it)
+    assert len(v.of("Relu")) == 6                                             # none lost: the loop checks each
     for r in v.of("Relu"):
         p = v.src(r.input[0])
         assert p is not None and p.op_type in ("Conv", "Add")
     # residual Add (both branches int8) and Concat join the int8 islands: all inputs come through DQ,
     # and every quantized Conv's output goes through a Q (QLinearConv needs it)
     for op in ("Add", "Concat", "Gemm"):
+        assert len(v.of(op)) == 1, op
         for n in v.of(op):
             assert all(v.dq_input(n, i) is not None for i in range(min(2, len(n.input)))), op
     consumers = {}
@@ -115,6 +117,7 @@ def test_onnxruntime_reduce_range_and_int8(residual_model, residual_calib, tmp_p
     _, proto = _q(residual_model, residual_calib, "onnxruntime", tmp_path, reduce_range=True,
                   activation_dtype="int8")
     v = View(proto)
+    assert len(v.of("Conv")) == 6                                             # the loop checks all six
     for c in v.of("Conv"):
         assert np.abs(v.inits[v.dq_input(c, 1).input[0]]).max() <= 63
         assert v.inits[v.dq_input(c, 0).input[2]].dtype == np.int8
@@ -123,6 +126,7 @@ def test_onnxruntime_reduce_range_and_int8(residual_model, residual_calib, tmp_p
 def test_tensorrt_rules(residual_model, residual_calib, tmp_path):
     res, proto = _q(residual_model, residual_calib, "tensorrt", tmp_path)
     v = View(proto)
+    assert v.of("QuantizeLinear") and v.of("DequantizeLinear") and len(v.of("Conv")) == 6
     for q in v.of("QuantizeLinear") + v.of("DequantizeLinear"):
         zp = v.inits[q.input[2]]
         assert zp.dtype == np.int8 and np.all(zp == 0)                        # symmetric, zero point 0
@@ -164,6 +168,7 @@ def test_onnxruntime_folds_batchnorm(bn_model, bn_calib, tmp_path):
 def test_tflite_rules(residual_model, residual_calib, bn_model, bn_calib, tmp_path):
     res, proto = _q(residual_model, residual_calib, "tflite", tmp_path)
     v = View(proto)
+    assert len(v.of("DequantizeLinear")) >= 6                                 # at least each Conv's weights
     for dq in v.of("DequantizeLinear"):
         assert v.inits[dq.input[0]].dtype in (np.int8, np.int32) if dq.input[0] in v.inits \
             else v.inits[dq.input[2]].dtype == np.int8                           # int8 activations

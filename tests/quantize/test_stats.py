@@ -54,13 +54,16 @@ def test_shard_merge_is_exact(split):
 
 
 def test_histogram_bins_are_exact():
-    t = _stats([np.array([0.0, 0.25, -0.25, 1.0, -1.0, 0.5], np.float32)])
-    edges = t.edges()
+    """By hand: 2048 bins a side of a power-of-two width; |x| <= 1.0 with 1.0 itself inside the top
+    bin needs 2048 x width > 1, so width = 2**-10 (2**-11 x 2048 = 1.0 would leave it on the edge),
+    the edges run from -2 to 2, and x lands in bin floor(x * 1024) + 2048."""
     vals = np.array([0.0, 0.25, -0.25, 1.0, -1.0, 0.5])
-    idx = np.floor(vals / t.width).astype(int) + t.nbins
-    expect = np.bincount(idx, minlength=2 * t.nbins)
-    np.testing.assert_array_equal(t.hist, expect)
-    assert edges[0] == -t.nbins * t.width
+    t = _stats([vals.astype(np.float32)])
+    assert t.width == 2.0 ** -10 and t.nbins == 2048 and len(t.hist) == 4096
+    assert t.hist.sum() == 6 and list(np.flatnonzero(t.hist)) == [1024, 1792, 2048, 2304, 2560, 3072]
+    edges = t.edges()
+    assert edges[0] == -2.0 and edges[-1] == 2.0
+    np.testing.assert_array_equal(t.hist, np.histogram(vals, bins=edges)[0])   # numpy's binning agrees
 
 
 def test_nonfinite_counted_and_left_out():

@@ -2,14 +2,14 @@
 
 Models come from the corpus (``sdk.corpus``: pinned wheels from the package index, extracted and
 checked by sha256, cached under ``~/.cache/edgesdk/corpus``). A corpus that is not fetched makes
-the tier skip with the reason (nothing is downloaded while collecting tests), unless
-``EDGESDK_REQUIRE_CORPUS=1`` (``.ci/run``, which fetches it first): there it is fetched if needed
-and a corpus that cannot be had fails the tier. The ``local`` board gets a profile of its own with a workdir under
+the tier skip with the reason (nothing is downloaded while collecting tests), unless the
+``corpus`` tier is required (tests/tiers.py: ``EDGESDK_REQUIRE=corpus`` or ``EDGESDK_REQUIRE_CORPUS=1``;
+``.ci/run``, which fetches it first): there it is fetched if needed and a corpus that cannot be
+had fails the tier. The ``local`` board gets a profile of its own with a workdir under
 the test's temp folder, so the tier never touches the shared board cache.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
+
+from tests import tiers
 
 ROOT = Path(__file__).resolve().parents[2]
 #: One row per model for the summary table: name -> {column: value}
@@ -48,7 +50,7 @@ def _load_corpus() -> Tuple[List[RealModel], Optional[str]]:
     """Every corpus model, fetched (or checked, when cached) through ``sdk.corpus.fetch``."""
     from sdk import corpus
 
-    if not corpus.is_fetched() and os.environ.get("EDGESDK_REQUIRE_CORPUS") != "1":
+    if not corpus.is_fetched() and not tiers.required("corpus"):
         # no download at collection time on a dev machine (it may be offline): say how to get it
         return [], "the model corpus is not fetched here: run python scripts/fetch_corpus.py (needs the package index)"
     try:
@@ -64,9 +66,7 @@ MODELS, WHY_NOT = _load_corpus()
 
 def require_corpus() -> None:
     if not MODELS:
-        if os.environ.get("EDGESDK_REQUIRE_CORPUS") == "1":
-            pytest.fail(f"EDGESDK_REQUIRE_CORPUS=1 but {WHY_NOT}")
-        pytest.skip(WHY_NOT or "the model corpus is empty")
+        tiers.require_or_skip("corpus", WHY_NOT or "the model corpus is empty")
 
 
 def model_ids() -> List[str]:

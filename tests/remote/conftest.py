@@ -16,14 +16,15 @@ from typing import Callable, List, Optional, Sequence
 
 import pytest
 
-from tests.remote.sshd import SFTP_SERVER, SSH_KEYGEN, SSHD, Sshd, wait_listening, free_port, keygen
+from tests import tiers
+from tests.remote.sshd import SFTP_SERVER, SSH_KEYGEN, SSHD, WHY_NO_SSHD, Sshd, free_port, keygen, wait_listening
 
 
 @pytest.fixture(scope="session")
 def client_key(tmp_path_factory) -> Path:
     """The client's private key (ed25519, no passphrase)."""
     if SSH_KEYGEN is None:
-        pytest.skip("needs ssh-keygen: apt-get install openssh-client")
+        tiers.require_or_skip("ssh", "needs ssh-keygen: apt-get install openssh-client")
     return keygen(tmp_path_factory.mktemp("clientkey") / "id_ed25519")
 
 
@@ -32,7 +33,7 @@ def sshd_factory(tmp_path_factory, client_key):
     """Start sshd servers: ``sshd_factory(extra=["AuthenticationMethods ..."]) -> Sshd``; ``extra``
     lines come first in the config (sshd keeps the first value of a keyword)."""
     if SSHD is None:
-        pytest.skip("needs the OpenSSH server (sshd): apt-get install openssh-server")
+        tiers.require_or_skip("ssh", WHY_NO_SSHD)
     os.makedirs("/run/sshd", exist_ok=True)   # privilege separation folder sshd insists on
     started: List[Sshd] = []
 

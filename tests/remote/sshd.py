@@ -15,15 +15,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import pytest
+from tests import tiers
 
-SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+def _sshd() -> Optional[str]:
+    """The sshd binary: ``EDGESDK_TEST_SSHD`` when set (None unless it is an executable file), else the system's."""
+    override = os.environ.get("EDGESDK_TEST_SSHD")
+    if override is not None:
+        return override if os.path.isfile(override) and os.access(override, os.X_OK) else None
+    return shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+
+
+SSHD = _sshd()
 SSH_KEYGEN = shutil.which("ssh-keygen")
 SFTP_SERVER = next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
                                 "/usr/libexec/sftp-server") if os.path.exists(p)), None)
 
-needs_sshd = pytest.mark.skipif(SSHD is None or SSH_KEYGEN is None,
-                                reason="needs the OpenSSH server (sshd) and ssh-keygen: apt-get install openssh-server")
+WHY_NO_SSHD = ("needs the OpenSSH server (sshd) and ssh-keygen: apt-get install openssh-server openssh-client"
+               + (f" (EDGESDK_TEST_SSHD={os.environ['EDGESDK_TEST_SSHD']} is not an executable)"
+                  if os.environ.get("EDGESDK_TEST_SSHD") is not None and SSHD is None else ""))
+needs_sshd = tiers.needs("ssh", SSHD is not None and SSH_KEYGEN is not None, WHY_NO_SSHD)
 
 
 def free_port() -> int:

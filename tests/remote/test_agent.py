@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import tiers
+
 from sdk.remote.agent import AGENT_PREFIX, agent_sources, build_zipapp
 from sdk.remote.agent.power.simulate import DEFAULT_RAILS, SimulatedBoard
 
@@ -253,7 +255,7 @@ def _python38():
 PY38 = _python38()
 
 
-@pytest.mark.skipif(PY38 is None, reason="no Python 3.8 with numpy and onnxruntime (set EDGESDK_TEST_PY38 to one)")
+@tiers.needs("py38", PY38 is not None, "no Python 3.8 with numpy and onnxruntime (set EDGESDK_TEST_PY38 to one)")
 def test_zipapp_on_python_38(pyz, example_model):
     rc, doc, _ = agent(pyz, "bench", {"model_path": str(example_model), "input_shapes": {"image": [1, 1, 8, 8]},
                                       "runs": 20, "warmup": 2, "min_seconds": 0.1, "idle_seconds": 0.1},
@@ -271,8 +273,7 @@ def test_precision_is_passed_to_targets_that_take_it():
     tgt, record = _target({"target": "onnxruntime", "precision": "int8"})
     assert "precision" not in tgt.options and record["applied_as_option"] is False and "as stored" in record["note"]
     with_option = [n for n in target_names() if "precision" in target_class(n).default_options]
-    if not with_option:
-        pytest.skip("no registered target has a precision option (the tensorrt target is not in this tree)")
+    assert with_option, "no registered target has a precision option (the tensorrt target has one)"
     tgt, record = _target({"target": with_option[0], "precision": "fp16"})
     assert tgt.options["precision"] == "fp16" and record == {"requested": "fp16", "applied_as_option": True}
     with pytest.raises(ConfigError, match="contradicts"):

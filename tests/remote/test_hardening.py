@@ -122,7 +122,10 @@ def test_a_silent_board_costs_the_connect_timeout_plus_one_retry(client_home, bo
             board.push(ROOT / "examples" / "digits" / "digits_cnn.onnx")   # retried operation + connect: one budget
     took = time.monotonic() - t0
     assert silent.accepted == 2, silent.accepted          # one attempt and one retry, never nested
-    assert 2.0 <= took < 3.5, took
+    # each attempt waits out its 1 s connect timeout (a lower bound a loaded machine cannot break);
+    # the upper bound only catches a hang (a timeout not applied), not slowness: 2 s of waits + slack
+    assert took >= 2.0, took
+    assert took < 60, f"{took:.1f} s: the connect timeout was not applied (a hang), not mere contention"
     assert str(exc.value).startswith("silent: ")
 
 
@@ -283,13 +286,68 @@ INJECTIONS = ["$(touch PWNED)", "`touch PWNED`", "; touch PWNED", "| touch PWNED
               "${PWNED:=x}", "!(touch PWNED)"]
 
 
+def _injection_outcomes(sshd, tmp_path: Path, payloads) -> dict:
+    """Each payload as a file name, a workdir and a command argument over real SSH: payload -> None
+    when the file was pushed and the argument echoed back byte for byte and nothing ran, else what
+    went wrong. A push or command that raises is a failure too (with the error): the payloads are
+    plain data, so the only right outcome is that they come through unchanged."""
+    from sdk.remote.push import push_file
+    from sdk.remote.transport import SSHTransport
+
+    homes = [Path.home(), Path(os.path.expanduser("~root"))]   # where a relative `touch PWNED` would land
+    before = {h: (h / "PWNED").exists() for h in homes}
+    work = tmp_path / "inj"
+    work.mkdir(exist_ok=True)
+    outcomes = {}
+    with SSHTransport(SSHConnection(resolve_host("127.0.0.1", port=sshd.port), retries=0)) as tr:
+        for i, payload in enumerate(payloads):
+            f = work / f"m{i}{payload.replace('/', '_')}.onnx"
+            f.write_bytes(os.urandom(64))
+            wd = work / (f"wd{i} " + payload.replace("/", "_"))
+            problems = []
+            try:
+                pushed = Path(push_file(tr, f, str(wd)).remote_path)
+                if not (pushed.is_file() and pushed.read_bytes() == f.read_bytes()):
+                    problems.append(f"push: {pushed} is not the file")
+            except Exception as exc:  # noqa: BLE001 - any error is recorded as this payload's failure
+                problems.append(f"push raised {type(exc).__name__}: {exc}")
+            try:
+                echoed = tr.run(["printf", "%s", payload]).stdout.decode()
+                if echoed != payload:
+                    problems.append(f"echoed {echoed!r}")
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"run raised {type(exc).__name__}: {exc}")
+            outcomes[payload] = "; ".join(problems) or None
+    ran = [str(p) for p in tmp_path.rglob("PWNED")] + [str(h / "PWNED") for h in homes
+                                                        if (h / "PWNED").exists() and not before[h]]
+    if ran:
+        outcomes["(side effects)"] = f"a payload ran: {ran}"
+    return outcomes
+
+
+@needs_sshd
+@pytest.mark.ssh
+def test_the_injection_check_fails_when_arguments_are_not_quoted(client_home, sshd, tmp_path, monkeypatch):
+    """Mutation check of the table's injection column: with shlex.quote broken on purpose (the
+    transport and push then pass arguments to the shell as written), the same check reports the
+    payloads that ran. Only payloads that touch a file under tmp_path are used here."""
+    import shlex
+
+    trust(client_home, sshd)
+    marker = tmp_path / "PWNED"
+    payloads = [f"$(touch {marker})", f"; touch {marker}", "plain"]
+    assert _injection_outcomes(sshd, tmp_path, payloads[2:]) == {"plain": None}   # harmless data passes
+    monkeypatch.setattr(shlex, "quote", lambda s: s)
+    outcomes = _injection_outcomes(sshd, tmp_path, payloads)
+    assert marker.exists() and "a payload ran" in outcomes["(side effects)"], outcomes
+    assert outcomes[payloads[0]] is not None and outcomes[payloads[1]] is not None, outcomes
+
+
 @needs_sshd
 @pytest.mark.ssh
 def test_ssh_security_table(client_home, sshd, tmp_path):
     from tests.remote.sshd import keygen
     from sdk.errors import HostKeyError
-    from sdk.remote.push import push_file
-    from sdk.remote.transport import SSHTransport
 
     results = {"changed host key": [], "unknown host key": [], "injection": []}
     kh = client_home / ".ssh" / "known_hosts"
@@ -311,22 +369,9 @@ def test_ssh_security_table(client_home, sshd, tmp_path):
         except HostKeyError:
             results["unknown host key"].append(not kh.exists())
     trust(client_home, sshd)
-    work = tmp_path / "inj"
-    work.mkdir()
-    with SSHTransport(SSHConnection(resolve_host("127.0.0.1", port=sshd.port), retries=0)) as tr:
-        for payload in INJECTIONS:         # as a file name, a workdir and a command argument
-            f = work / f"m{payload.replace('/', '_')}.onnx"
-            f.write_bytes(os.urandom(64))
-            wd = work / ("wd " + payload.replace("/", "_"))
-            try:
-                p = push_file(tr, f, str(wd))
-                echoed = tr.run(["printf", "%s", payload]).stdout.decode()
-                results["injection"].append(Path(p.remote_path).is_file() and echoed == payload)
-            except Exception:              # refused is fine too, as long as nothing ran
-                results["injection"].append(True)
-    pwned = [p for p in tmp_path.rglob("*PWNED*") if p.name == "PWNED"] + \
-        [p for p in (client_home,) if (p / "PWNED").exists()]
-    results["injection"].append(not pwned)
+    outcomes = _injection_outcomes(sshd, tmp_path, INJECTIONS)
+    results["injection"] = [why is None for why in outcomes.values()]
+    assert [why for why in outcomes.values() if why] == [], outcomes
     print("\nSSH security: tried / handled / failed")
     for cat, oks in results.items():
         print(f"  {cat:<18}{len(oks):>4}{sum(oks):>5}{len(oks) - sum(oks):>4}")

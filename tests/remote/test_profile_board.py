@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import tiers
 from tests.remote.sshd import needs_sshd, trust
 from tests.corpusfiles import corpus_file
 from sdk.profiler import ProfileConfig, profile_model
@@ -49,6 +50,6 @@ def test_tflite_on_the_board_says_not_available():
     from sdk.targets import target_class
 
     if not target_class("tflite").is_available():
-        pytest.skip("no TFLite runtime: pip install ai-edge-litert")
+        tiers.require_or_skip("tflite", "no TFLite runtime: pip install ai-edge-litert")
     with pytest.raises(ProfilingUnavailableError, match="local: .*benchmark_model"):
         profile_model(corpus_file("hand_landmark_full.tflite"), ProfileConfig(board="local", target="tflite"))

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests import tiers
 from tests.remote.sshd import DropProxy, needs_sshd, trust
 from sdk.errors import BoardConnectionError, ModelNotFoundError, TransferError
 from sdk.remote.push import file_sha256, push_file
@@ -177,13 +178,15 @@ def test_local_transport_push(tmp_path, monkeypatch, model_file):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A 1 MiB tmpfs (needs root and mount rights; skipped elsewhere)."""
+    """A 1 MiB tmpfs (needs root and mount rights: the ``tmpfs`` tier)."""
     import subprocess
 
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        pytest.skip("cannot mount a small tmpfs here (needs root): the full-disk case is not exercised")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode:
+        tiers.require_or_skip("tmpfs", f"cannot mount a small tmpfs here (needs root): the full-disk case is not "
+                                       f"exercised ({proc.stderr.strip()[:200]})")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 from sdk.reports import to_jsonable, write_json
 from sdk.reports import svg
 from sdk.reports.html import power_trace, robustness_html, validation_html
@@ -146,8 +148,8 @@ def _chromium():
 
 
 CHROMIUM = _chromium()
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs a headless Chromium: apt-get install chromium "
-                                                             "(.ci/run installs it)")
+needs_chromium = tiers.needs("chromium", CHROMIUM is not None, "needs a headless Chromium: apt-get install chromium "
+                                                               "(.ci/run installs it)")
 
 
 def _chrome(tmp_path, *args):

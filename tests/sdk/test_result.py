@@ -11,6 +11,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests import tiers
+
 from sdk.bench import EarlyStop, measure_latency
 from sdk.errors import ResultFormatError
 from sdk.result import SCHEMA_VERSION, BenchResult, LatencyStats, schema_path
@@ -177,7 +179,7 @@ def test_result_module_runs_on_python38_without_numpy(tmp_path):
     py38 = os.environ.get("EDGESDK_TEST_PY38") or shutil.which("python3.8")
     probe = subprocess.run([py38, "-c", "pass"], capture_output=True, timeout=60) if py38 else None
     if probe is None or probe.returncode != 0:
-        pytest.skip("no Python 3.8 runs here (set EDGESDK_TEST_PY38 to one)")
+        tiers.require_or_skip("py38", "no Python 3.8 runs here (set EDGESDK_TEST_PY38 to one)")
     root = Path(__file__).resolve().parents[2]
     code = ("import json, sys\nfrom sdk.result import BenchResult, LatencyStats\n"
             "s = LatencyStats.from_samples([1.0 + (i % 7) * 0.01 for i in range(400)])\n"

@@ -9,12 +9,13 @@ import pytest
 from sdk.errors import ModelFormatError, UnsupportedModelError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
+from tests import tiers
 from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
-pytestmark = pytest.mark.skipif(not TFLiteTarget.availability(deep=True).available,
-                                reason=f"no working TFLite runtime: {TFLiteTarget.availability(deep=True).reason}")
+_AVAIL = TFLiteTarget.availability(deep=True)
+pytestmark = tiers.needs("tflite", _AVAIL.available, f"no working TFLite runtime: {_AVAIL.reason}")
 
 
 def test_float_model_inputs_outputs_use_signature_names():

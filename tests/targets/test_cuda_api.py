@@ -4,7 +4,7 @@ every ``from pycuda... import`` names something that module has, and the methods
 objects (contexts, streams, events, allocations) exist.
 
 CI installs both (.ci/run: pycuda built from source over a generated libcuda link stub,
-cuda-python from its wheel) and sets EDGESDK_REQUIRE_GPU_APIS=1, so a missing package fails
+cuda-python from its wheel) and requires the ``gpu-apis`` tier (tests/tiers.py), so a missing package fails
 there instead of skipping. This is what would have caught ``from pycuda.compiler import
 CompileError`` (it lives in ``pycuda.driver``)."""
 from __future__ import annotations
@@ -12,17 +12,15 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import pytest
+from tests import tiers
 
 import sdk.targets.cuda
 
 CUDA_DIR = Path(sdk.targets.cuda.__file__).parent  # the files this import uses, wherever sdk comes from
-REQUIRE = os.environ.get("EDGESDK_REQUIRE_GPU_APIS") == "1"
 
 #: file -> {local name of a module in the code: the real module}
 ROOTS = {
@@ -45,9 +43,7 @@ def _module(name: str) -> Any:
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        if REQUIRE:
-            pytest.fail(f"{name} must import here (EDGESDK_REQUIRE_GPU_APIS=1): {exc}")
-        pytest.skip(f"{name} is not installed or does not import ({exc}); .ci/run installs it")
+        tiers.require_or_skip("gpu-apis", f"{name} is not installed or does not import ({exc}); .ci/run installs it")
 
 
 def _chain(node: ast.AST) -> Tuple[Optional[str], List[str]]:
@@ -204,9 +200,7 @@ def test_probe_driver_symbols_exist_in_the_driver_library():
     try:
         lib = ctypes.CDLL("libcuda.so.1") if path is None else ctypes.CDLL(path)
     except OSError as exc:
-        if REQUIRE:
-            pytest.fail(f"libcuda (driver or link stub) must load here: {exc}")
-        pytest.skip(f"no libcuda here, not even a link stub ({exc})")
+        tiers.require_or_skip("gpu-apis", f"no libcuda here, not even a link stub ({exc})")
     tree = ast.parse((CUDA_DIR / "probe.py").read_text(encoding="utf-8"))
     names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
              and n.value.id == "lib" and n.attr.startswith("cu")}

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests import tiers
+
 FAKE_LIBCUDA = r"""
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +44,7 @@ PROBE = ("import json; from sdk.targets.cuda import probe_gpu, require_gpu\n"
 def fake_driver(tmp_path_factory):
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build the simulated libcuda")
+        tiers.require_or_skip("gxx", "no C compiler to build the simulated libcuda")
     d = tmp_path_factory.mktemp("fake_libcuda")
     (d / "fake.c").write_text(FAKE_LIBCUDA)
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(d / "libcuda.so.1"), str(d / "fake.c")], check=True)
@@ -60,7 +62,7 @@ def _probe(fake_driver, mode):
 def test_simulated_orin(fake_driver):
     out = _probe(fake_driver, "orin")
     if out["devices"] and out["devices"][0][0] != "Orin (simulated)":
-        pytest.skip("a real NVIDIA driver answered before the simulated one")
+        tiers.skip_has_gpu("a real NVIDIA driver answered before the simulated one")
     assert out["available"] and out["driver"] == "12.2"
     assert out["devices"] == [["Orin (simulated)", [8, 7], True, 30536, "sm_87"]]
     assert out["required"] == "Orin (simulated)"
@@ -70,6 +72,6 @@ def test_simulated_orin(fake_driver):
 def test_simulated_failures_explain(fake_driver, mode, match):
     out = _probe(fake_driver, mode)
     if out["available"]:
-        pytest.skip("a real NVIDIA driver answered before the simulated one")
+        tiers.skip_has_gpu("a real NVIDIA driver answered before the simulated one")
     assert match in out["reason"]
     assert out["required"].startswith("TargetUnavailableError: no usable NVIDIA GPU") and match in out["required"]

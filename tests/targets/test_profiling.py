@@ -10,6 +10,7 @@ import pytest
 from sdk.errors import ProfilingUnavailableError
 from sdk.model import Model
 from sdk.targets import get_target, target_class
+from tests import tiers
 from tests.corpusfiles import corpus_file
 from sdk.targets.profiling import (FLAG_TOLERANCE, GraphNode, LayerProfile, LayerTime, graph_nodes_of, map_to_onnx,
                                    parse_ort_trace, trt_layer_onnx_nodes)
@@ -118,7 +119,7 @@ def test_flagged_when_layers_do_not_account_for_the_run():
 
 def test_tflite_profile_is_not_available_with_the_reason():
     if not target_class("tflite").is_available():
-        pytest.skip("no TFLite runtime: pip install ai-edge-litert")
+        tiers.require_or_skip("tflite", "no TFLite runtime: pip install ai-edge-litert")
     model = ROOT / "tests" / "data" / "digits_float.tflite"
     tgt = get_target("tflite")
     with tgt.open(tgt.prepare(model)) as session:
@@ -130,7 +131,7 @@ def test_tflite_profile_is_not_available_with_the_reason():
 
 
 @pytest.mark.skipif(not target_class("tensorrt").is_available(),
-                    reason="TensorRT is not installed here: its IProfiler path runs on a GPU machine or a Jetson")
+                    reason="no TensorRT libraries on this machine: its IProfiler path runs on a GPU machine or a Jetson")
 def test_tensorrt_profile(static_conv_model):  # pragma: no cover - needs a GPU
     tgt = get_target("tensorrt")
     with tgt.open(tgt.prepare(static_conv_model)) as session:

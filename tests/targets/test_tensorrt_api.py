@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
+
 import sdk
 import sdk.remote.agent
 import sdk.targets.tensorrt
@@ -82,7 +84,7 @@ for _d in _binding_dirs():
 def stub_dir(tmp_path_factory):
     gcc = shutil.which("gcc")
     if gcc is None:
-        pytest.skip("gcc not found: cannot compile the TensorRT stub libraries")
+        tiers.require_or_skip("gxx", "gcc not found: cannot compile the TensorRT stub libraries")
     d = tmp_path_factory.mktemp("trt-stubs")
     src = d / "stub.c"
     src.write_text(STUB_C)
@@ -136,7 +138,8 @@ def _need(major: int) -> Path:
     if major not in DIRS:
         if os.environ.get("EDGESDK_TRT_BINDINGS"):
             pytest.fail(f"EDGESDK_TRT_BINDINGS lists no TensorRT {major}.x bindings ({os.environ['EDGESDK_TRT_BINDINGS']})")
-        pytest.skip(f"no TensorRT {major}.x bindings wheel installed (.ci/run installs them; see EDGESDK_TRT_BINDINGS)")
+        tiers.require_or_skip("trt-bindings", f"no TensorRT {major}.x bindings wheel installed "
+                                              "(.ci/run installs them; see EDGESDK_TRT_BINDINGS)")
     return DIRS[major]
 
 

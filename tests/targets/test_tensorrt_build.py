@@ -201,7 +201,7 @@ def test_target_is_registered():
     assert target_class("tensorrt").name == "tensorrt"
 
 
-@pytest.mark.skipif(_trt_installed(), reason="TensorRT is installed here")
+@pytest.mark.skipif(_trt_installed(), reason="this machine has TensorRT: the not-installed path does not apply")
 def test_unavailable_with_a_clear_reason(conv_model):
     cls = target_class("tensorrt")
     for deep in (False, True):

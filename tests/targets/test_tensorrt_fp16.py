@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+
+from tests import tiers
 from onnx import TensorProto, shape_inference
 
 from sdk.targets.tensorrt.fp16 import FP32_OPS, convert_to_fp16
@@ -44,7 +46,7 @@ def test_fp16_conversion_of_corpus_models_keeps_the_task_result(name):
     from sdk import corpus
 
     if not corpus.is_fetched(name):
-        pytest.skip(f"corpus model {name} is not fetched (python scripts/fetch_corpus.py)")
+        tiers.require_or_skip("corpus", f"corpus model {name} is not fetched (python scripts/fetch_corpus.py)")
     data = corpus.path(name).read_bytes()
     converted = onnx.load_model_from_string(convert_to_fp16(data))
     _check_types(converted)

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu]
 
 _AVAIL = target_class("tensorrt").availability(deep=True)
 if not _AVAIL.available:
-    pytestmark.append(pytest.mark.skip(reason=f"tensorrt target unavailable: {_AVAIL.reason}"))
+    pytestmark.append(pytest.mark.skip(reason=f"no TensorRT libraries on this machine: {_AVAIL.reason}"))
 
 PROFILE = ["x=1x3x16x16:2x3x16x16:4x3x16x16"]
 

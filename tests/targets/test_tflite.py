@@ -13,6 +13,7 @@ from sdk.metrics import cosine_similarity as cosine, max_abs_error
 from sdk.model import Model
 from sdk.targets import benchmark, get_target, target_class, target_names
 from sdk.targets.tflite import TFLiteTarget
+from tests import tiers
 from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -21,7 +22,7 @@ INT8 = DATA / "digits_int8.tflite"
 UINT8 = DATA / "digits_uint8.tflite"
 
 _AVAIL = TFLiteTarget.availability(deep=True)
-pytestmark = pytest.mark.skipif(not _AVAIL.available, reason=f"no working TFLite runtime: {_AVAIL.reason}")
+pytestmark = tiers.needs("tflite", _AVAIL.available, f"no working TFLite runtime: {_AVAIL.reason}")
 
 
 @pytest.fixture(scope="module")

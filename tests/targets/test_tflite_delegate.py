@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import tiers
+
 from sdk.errors import BuildError, TargetUnavailableError
 from sdk.targets import get_target
 from sdk.targets.tflite import TFLiteTarget
@@ -27,8 +29,8 @@ FLOAT = DATA / "digits_float.tflite"
 _CC = shutil.which("cc") or shutil.which("gcc")
 _AVAIL = TFLiteTarget.availability(deep=True)
 pytestmark = [
-    pytest.mark.skipif(not _AVAIL.available, reason=f"no working TFLite runtime: {_AVAIL.reason}"),
-    pytest.mark.skipif(_CC is None, reason="no C compiler (cc/gcc) to build the stand-in delegate"),
+    tiers.needs("tflite", _AVAIL.available, f"no working TFLite runtime: {_AVAIL.reason}"),
+    tiers.needs("gxx", _CC is not None, "no C compiler (cc/gcc) to build the stand-in delegate"),
 ]
 
 _SOURCE = r"""
@@ -105,7 +107,7 @@ def delegate_lib(tmp_path_factory) -> Path:
     lib = d / "libstandin_delegate.so"
     proc = subprocess.run([_CC, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], capture_output=True, text=True)
     if proc.returncode != 0:
-        pytest.skip(f"could not build the stand-in delegate: {proc.stderr.strip()[:200]}")
+        tiers.require_or_skip("gxx", f"could not build the stand-in delegate: {proc.stderr.strip()[:200]}")
     return lib
 
 

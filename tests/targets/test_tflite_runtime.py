@@ -19,6 +19,7 @@ import sdk.formats.tflite as fmt
 from sdk.errors import MissingDependencyError, TargetUnavailableError
 from sdk.model import Model
 from sdk.targets.tflite import TFLiteTarget
+from tests import tiers
 from tests.clirun import run_cli
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -112,7 +113,7 @@ def test_cli_targets_shows_the_broken_runtime(broken_tflite_runtime, monkeypatch
 
 def test_broken_runtime_is_skipped_for_the_next_one(broken_tflite_runtime, monkeypatch):
     if not TFLiteTarget.availability(deep=True).available:
-        pytest.skip("no working TFLite runtime to fall back to")
+        tiers.require_or_skip("tflite", "no working TFLite runtime to fall back to")
     litert = next(c for c in fmt.RUNTIMES if c.name == "ai_edge_litert")
     monkeypatch.setattr(fmt, "RUNTIMES", (broken_tflite_runtime, litert))
     monkeypatch.setattr(fmt, "_runtimes", {})
@@ -136,7 +137,7 @@ def test_runtime_option_picks_one_and_checks_the_name():
     from sdk.targets import get_target
 
     if not TFLiteTarget.availability(deep=True).available:
-        pytest.skip("no working TFLite runtime")
+        tiers.require_or_skip("tflite", "no working TFLite runtime")
     art = get_target("tflite", runtime="ai_edge_litert").prepare(DATA / "digits_float.tflite")
     assert art.metadata["runtime"] == "ai_edge_litert"
     with pytest.raises(InputError, match="unknown TFLite runtime 'litert'"):
