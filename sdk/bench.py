@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from .errors import InputError
-from .result import LatencyStats
+from .result import LatencyStats, SpeedProbe
+from .speedprobe import WORKLOAD, clocks_and_temp, probe_workload, time_probe
 from .stats import min_runs_for, quantile_ci
 
 __all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop", "cpu_schedstat", "cpu_wait_pct"]
@@ -99,12 +100,14 @@ def measure_latency(
     max_seconds: Optional[float] = None,
     on_sample: Optional[Callable[[float], None]] = None,
     early_stop: Optional[EarlyStop] = None,
+    speed_probe: bool = True,
 ) -> LatencyRun:
     """Call ``run_once`` ``warmup`` times, then until at least ``min_runs`` calls AND
     ``min_seconds`` of measuring have passed (MLPerf SingleStream), and with ``early_stop`` until
     its tail percentile is measured well enough (:class:`EarlyStop`). ``max_runs`` or
     ``max_seconds`` stop it earlier when given. Each sample is one call timed with
-    ``perf_counter``.
+    ``perf_counter``. With ``speed_probe`` the machine-speed probe (:mod:`sdk.speedprobe`, about
+    10 ms) is timed right before and right after the measured window and stored in the noise block.
     """
     if warmup < 0 or min_runs < 1 or min_seconds < 0:
         raise InputError("warmup must be >= 0, runs >= 1 and min seconds >= 0")
@@ -114,6 +117,8 @@ def measure_latency(
     for _ in range(warmup):
         run_once()
     perf = time.perf_counter
+    probe_work = probe_workload() if speed_probe else None
+    probe_before = time_probe(probe_work) if probe_work is not None else None
     samples: List[float] = []
     append = samples.append
     sched0 = cpu_schedstat()
@@ -141,5 +146,10 @@ def measure_latency(
             break
     end = perf()
     end_mono = begin_mono + (end - begin)
-    stats = LatencyStats.from_samples(samples, wall_s=end - begin, cpu_wait_pct=cpu_wait_pct(sched0, cpu_schedstat()))
+    wait = cpu_wait_pct(sched0, cpu_schedstat())
+    probe = None
+    if probe_work is not None and probe_before is not None:
+        khz, temp = clocks_and_temp()
+        probe = SpeedProbe(tuple(probe_before), tuple(time_probe(probe_work)), WORKLOAD, khz, temp)
+    stats = LatencyStats.from_samples(samples, wall_s=end - begin, cpu_wait_pct=wait, probe=probe)
     return LatencyRun(stats=stats, samples_ms=samples, begin_s=begin_mono, end_s=end_mono, warmup=warmup)

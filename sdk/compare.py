@@ -20,6 +20,18 @@ the median's interval is narrow and steady on a shared machine, while a p99 move
 else runs there; the others are reported beside it. The change's own interval is the widest one the
 two intervals allow: ``[(b_lo - a_hi) / a, (b_hi - a_lo) / a]``.
 
+Between two runs the machine's speed can move while each run is steady (a VM moved to a busier
+host, a board that throttled): every run times a fixed workload before and after its window
+(:mod:`sdk.speedprobe`, ``latency_ms.noise.probe``). When the two runs' probes differ beyond their
+own noise (:func:`probe_change`: the larger of each probe's before/after shift and
+:data:`PROBE_NOISE_FLOOR_PCT`), the comparison is inconclusive with that reason; with
+``normalize=True`` it is judged instead on B's latency scaled by ``probe_A / probe_B``, labelled so.
+Runs whose probes are of another workload, or whose CPU clocks differ, are *not comparable*.
+
+When both models are at hand, :func:`compare_paired` judges interleaved rounds of A and B measured
+in one process (:func:`sdk.targets.measure.benchmark_pair`) on their paired ratios, which no drift
+of the machine can fool: each round's A and B ran within the same fraction of a second.
+
 Baselines (``sdk validate --baseline FILE``) are earlier results looked up by
 :attr:`sdk.result.BenchResult.key` (model sha256 x board x target x runtime version).
 """
@@ -34,10 +46,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from .errors import InputError, ResultFormatError
 from .result import BenchResult, Interval
 
-__all__ = ["StatChange", "Comparison", "compare_results", "load_results", "load_result", "find_baseline",
-           "DEFAULT_THRESHOLD_PCT", "COMPARED_STATS"]
+__all__ = ["StatChange", "Comparison", "ProbeChange", "probe_change", "PairedComparison", "compare_paired",
+           "compare_results", "load_results", "load_result", "find_baseline", "DEFAULT_THRESHOLD_PCT",
+           "PAIRED_THRESHOLD_PCT", "PROBE_NOISE_FLOOR_PCT", "COMPARED_STATS"]
 
 DEFAULT_THRESHOLD_PCT = 5.0
+#: Interleaved rounds cancel the machine's drift, so a smaller paired change is signed.
+PAIRED_THRESHOLD_PCT = 2.0
+#: The probe's repeat-to-repeat noise on a quiet machine: below this a probe change is not a move.
+PROBE_NOISE_FLOOR_PCT = 3.0
+#: CPU clocks (cpufreq) further apart than this make two runs not comparable.
+CLOCK_MISMATCH_PCT = 5.0
 COMPARED_STATS = ("p50", "p90", "p99", "mean")
 SLOWER, FASTER, SAME, UNCERTAIN = "slower", "faster", "same", "uncertain"
 
@@ -66,9 +85,11 @@ class StatChange:
                 "intervals_overlap": self.overlap, "verdict": self.verdict}
 
 
-def _change(stat: str, a: BenchResult, b: BenchResult, threshold_pct: float) -> StatChange:
-    va, vb = a.stats.value(stat), b.stats.value(stat)
+def _change(stat: str, a: BenchResult, b: BenchResult, threshold_pct: float, scale_b: float = 1.0) -> StatChange:
+    va, vb = a.stats.value(stat), b.stats.value(stat) * scale_b
     ca, cb = a.stats.ci(stat), b.stats.ci(stat)
+    if cb is not None and scale_b != 1.0:
+        cb = (cb[0] * scale_b, cb[1] * scale_b)
     change = (vb - va) / va * 100.0 if va > 0 else 0.0
     if ca is None or cb is None or va <= 0:
         return StatChange(stat, va, vb, ca, cb, change, None, None, UNCERTAIN if stat != "mean" else SAME)
@@ -80,6 +101,42 @@ def _change(stat: str, a: BenchResult, b: BenchResult, threshold_pct: float) -> 
     elif not overlap and change < -threshold_pct:
         verdict = FASTER
     return StatChange(stat, va, vb, ca, cb, change, interval, overlap, verdict)
+
+
+@dataclass(frozen=True)
+class ProbeChange:
+    """The machine-speed probes of A and B (ms): ``change_pct`` = (B - A) / A, ``noise_pct`` the
+    probes' own noise (the larger before/after shift of either run, at least
+    :data:`PROBE_NOISE_FLOOR_PCT`), ``moved`` when the change is beyond it; ``mismatch`` names why
+    the two cannot be compared at all (another workload, other CPU clocks), else None."""
+
+    a_ms: float
+    b_ms: float
+    change_pct: float
+    noise_pct: float
+    moved: bool
+    mismatch: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"a_ms": self.a_ms, "b_ms": self.b_ms, "change_pct": self.change_pct, "noise_pct": self.noise_pct,
+                "moved": self.moved, "mismatch": self.mismatch}
+
+
+def probe_change(a: BenchResult, b: BenchResult) -> Optional[ProbeChange]:
+    """How the machine's speed differed between A and B by their probes; None when one has none."""
+    pa = a.stats.noise.probe if a.stats.noise is not None else None
+    pb = b.stats.noise.probe if b.stats.noise is not None else None
+    if pa is None or pb is None or pa.ms <= 0:
+        return None
+    change = (pb.ms - pa.ms) / pa.ms * 100.0
+    noise = max(PROBE_NOISE_FLOOR_PCT, pa.shift_pct, pb.shift_pct)
+    mismatch = None
+    if pa.workload != pb.workload:
+        mismatch = f"their speed probes ran other workloads ({pa.workload} vs {pb.workload})"
+    elif pa.cpu_khz and pb.cpu_khz and abs(pb.cpu_khz - pa.cpu_khz) / pa.cpu_khz * 100.0 > CLOCK_MISMATCH_PCT:
+        mismatch = (f"they ran at other CPU clocks ({pa.cpu_khz / 1e3:.0f} vs {pb.cpu_khz / 1e3:.0f} MHz): "
+                    "lock the clocks or the power mode to the baseline's")
+    return ProbeChange(pa.ms, pb.ms, change, noise, abs(change) > noise, mismatch)
 
 
 @dataclass
@@ -95,6 +152,13 @@ class Comparison:
     changes: List[StatChange]
     throughput_change_pct: Optional[float]
     warnings: List[str] = field(default_factory=list)
+    probe: Optional[ProbeChange] = None
+    normalized: bool = False
+
+    @property
+    def not_comparable(self) -> Optional[str]:
+        """Why A and B cannot be compared at all (their probes say other workloads or clocks), or None."""
+        return self.probe.mismatch if self.probe is not None else None
 
     @property
     def contended(self) -> List[str]:
@@ -121,6 +185,13 @@ class Comparison:
         moved = [names[x] for x in self.unsettled if x not in self.contended]
         if moved:
             out.append(f"the machine's speed moved during {' and '.join(moved)} (median drift or a wide p50 interval)")
+        p = self.probe
+        if p is not None and p.mismatch:
+            out.append(f"{names['A']} and {names['B']} are not comparable: {p.mismatch}")
+        elif p is not None and p.moved and not self.normalized:
+            out.append(f"the machine's speed differed between {names['A']} and {names['B']}: its speed probe took "
+                       f"{p.a_ms:.3f} ms in {names['A']} and {p.b_ms:.3f} ms in {names['B']} ({p.change_pct:+.1f} %, "
+                       f"beyond the probe's own noise of {p.noise_pct:.1f} %; --normalize judges on probe-scaled latency)")
         return out
 
     @property
@@ -148,7 +219,9 @@ class Comparison:
                 "unsettled": self.unsettled, "inconclusive_reasons": self.inconclusive_reasons,
                 "threshold_pct": self.threshold_pct, "decide_on": list(self.decide_on),
                 "changes": [c.to_dict() for c in self.changes], "throughput_change_pct": self.throughput_change_pct,
-                "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b)}
+                "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b),
+                "probe": self.probe.to_dict() if self.probe is not None else None, "normalized": self.normalized,
+                "not_comparable": self.not_comparable}
 
 
 def _identity(r: BenchResult) -> Dict[str, Any]:
@@ -173,18 +246,99 @@ def _warnings(a: BenchResult, b: BenchResult) -> List[str]:
 
 
 def compare_results(a: BenchResult, b: BenchResult, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                    decide_on: Sequence[str] = ("p50",)) -> Comparison:
+                    decide_on: Sequence[str] = ("p50",), normalize: bool = False) -> Comparison:
     """Compare B with A (see the module docstring). ``decide_on``: statistics with intervals
-    (``p50``, ``p90``, ``p99``) whose significant slowdown is a regression."""
+    (``p50``, ``p90``, ``p99``) whose significant slowdown is a regression. ``normalize``: when the
+    speed probes say the machine's speed differed, judge B's latency scaled by ``probe_A / probe_B``
+    instead of calling the comparison inconclusive."""
     if threshold_pct < 0:
         raise InputError(f"the threshold must be >= 0 %, not {threshold_pct}")
     bad = [s for s in decide_on if s not in ("p50", "p90", "p99")]
     if bad or not decide_on:
         raise InputError(f"cannot decide on '{(bad or [''])[0]}'", "use p50, p90 or p99 (they have intervals)")
-    changes = [_change(s, a, b, threshold_pct) for s in COMPARED_STATS]
-    ta, tb = a.stats.throughput_ips, b.stats.throughput_ips
+    probe = probe_change(a, b)
+    scale = probe.a_ms / probe.b_ms if (normalize and probe is not None and probe.moved and not probe.mismatch) else 1.0
+    changes = [_change(s, a, b, threshold_pct, scale) for s in COMPARED_STATS]
+    ta, tb = a.stats.throughput_ips, b.stats.throughput_ips / scale
     tput = (tb - ta) / ta * 100.0 if ta > 0 else None
-    return Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, _warnings(a, b))
+    warnings = _warnings(a, b)
+    if probe is None:
+        missing = [label for label, r in (("A", a), ("B", b)) if r.stats.noise is None or r.stats.noise.probe is None]
+        warnings.append(f"{' and '.join(missing)} carry no speed probe (an older result): a change of the machine's "
+                        "speed between the runs cannot be told from a change of the model")
+    elif scale != 1.0:
+        warnings.append(f"judged on probe-normalised latency: B's figures x {scale:.3f} (its speed probe "
+                        f"{probe.b_ms:.3f} ms vs A's {probe.a_ms:.3f} ms)")
+    return Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, warnings, probe, scale != 1.0)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """B vs A from interleaved rounds in one process: ``a_ms``/``b_ms`` each round's mean latency
+    (ms), ``ratio`` the median of the per-round ratios B/A with its 95% interval ``ratio_ci``
+    (order statistics; None with fewer than 6 rounds), ``change_pct`` = (ratio - 1) x 100 and its
+    interval, ``verdict`` slower / faster (the interval excludes no change AND the change is beyond
+    ``threshold_pct``), same, or uncertain (no interval)."""
+
+    a_ms: Tuple[float, ...]
+    b_ms: Tuple[float, ...]
+    ratio: float
+    ratio_ci: Optional[Interval]
+    threshold_pct: float
+    verdict: str
+
+    @property
+    def change_pct(self) -> float:
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def change_ci_pct(self) -> Optional[Interval]:
+        return None if self.ratio_ci is None else ((self.ratio_ci[0] - 1.0) * 100.0, (self.ratio_ci[1] - 1.0) * 100.0)
+
+    @property
+    def regression(self) -> bool:
+        return self.verdict == SLOWER
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.regression else 0
+
+    def to_dict(self) -> Dict[str, Any]:
+        from .stats import percentile
+
+        return {"mode": "interleaved", "rounds": len(self.a_ms), "a_round_ms": list(self.a_ms),
+                "b_round_ms": list(self.b_ms), "a_median_ms": percentile(sorted(self.a_ms), 50.0),
+                "b_median_ms": percentile(sorted(self.b_ms), 50.0), "ratio": self.ratio,
+                "ratio_ci95": list(self.ratio_ci) if self.ratio_ci else None, "change_pct": self.change_pct,
+                "change_ci95_pct": list(self.change_ci_pct) if self.change_ci_pct else None,
+                "threshold_pct": self.threshold_pct, "verdict": self.verdict, "regression": self.regression}
+
+
+def compare_paired(a_round_ms: Sequence[float], b_round_ms: Sequence[float],
+                   threshold_pct: float = PAIRED_THRESHOLD_PCT) -> PairedComparison:
+    """Judge B against A on paired rounds (round i of A and of B measured back to back)."""
+    from .stats import percentile, quantile_ci
+
+    if threshold_pct < 0:
+        raise InputError(f"the threshold must be >= 0 %, not {threshold_pct}")
+    if len(a_round_ms) != len(b_round_ms) or not a_round_ms:
+        raise InputError(f"paired rounds must match: {len(a_round_ms)} of A, {len(b_round_ms)} of B")
+    if any(not (x > 0) for x in list(a_round_ms) + list(b_round_ms)):
+        raise InputError("paired rounds must be positive latencies in ms")
+    ratios = sorted(b / a for a, b in zip(a_round_ms, b_round_ms))
+    ratio = percentile(ratios, 50.0)
+    ci = quantile_ci(ratios, 50.0)
+    change = (ratio - 1.0) * 100.0
+    if ci is None:
+        verdict = UNCERTAIN
+    elif ci[0] > 1.0 and change > threshold_pct:
+        verdict = SLOWER
+    elif ci[1] < 1.0 and change < -threshold_pct:
+        verdict = FASTER
+    else:
+        verdict = SAME
+    return PairedComparison(tuple(float(x) for x in a_round_ms), tuple(float(x) for x in b_round_ms), ratio, ci,
+                            float(threshold_pct), verdict)
 
 
 # -- files ----------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ JSON layout (every figure's unit is in its name)::
     latency_ms       {count, mean, std, min, p50, p90, p95, p99, max,
                       ci95: {p50: [lo, hi] | null, p90: ..., p99: ...},
                       noise: {cv, drift_pct, p50_ci_width_pct, cpu_wait_pct, contended, unstable,
-                              warnings: [...]}}
+                              warnings: [...], probe_ms?, probe?: {workload, before_ms, after_ms,
+                              shift_pct, cpu_khz, temp_c}}}
     throughput_ips   inferences/s over the measured window
     target, runtime  target name; its facts (version, options, build metadata)
     precision        {requested, applied_as_option, note?} or absent
@@ -45,7 +46,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from .errors import InputError, ResultFormatError
 from .stats import CI_PERCENTILES, NOISE_LIMITS, noise_report, percentile, quantile_ci
 
-__all__ = ["BenchResult", "LatencyStats", "Noise", "Power", "Energy", "SCHEMA_VERSION", "OPTIONAL_SECTIONS",
+__all__ = ["BenchResult", "LatencyStats", "Noise", "SpeedProbe", "Power", "Energy", "SCHEMA_VERSION", "OPTIONAL_SECTIONS",
            "schema_path", "load_result_json"]
 
 SCHEMA_VERSION = 1
@@ -98,6 +99,54 @@ def _interval(value: Any, reader: _Reader, path: str) -> Optional[Interval]:
 
 
 @dataclass(frozen=True)
+class SpeedProbe:
+    """The machine-speed probe of a run (:mod:`sdk.speedprobe`): the fixed ``workload`` timed
+    ``before_ms`` and ``after_ms`` the measured window (each repeat, ms), with the CPU clock
+    (``cpu_khz``) and the hottest thermal zone (``temp_c``) where the OS reports them. ``ms`` is the
+    median of all repeats; ``shift_pct`` how far the after-median moved from the before-median (% of
+    ``ms``): the probe's own noise over the run."""
+
+    before_ms: Tuple[float, ...]
+    after_ms: Tuple[float, ...]
+    workload: str
+    cpu_khz: Optional[float] = None
+    temp_c: Optional[float] = None
+
+    @property
+    def ms(self) -> float:
+        return percentile(sorted(self.before_ms + self.after_ms), 50.0)
+
+    @property
+    def shift_pct(self) -> float:
+        mid = self.ms
+        if mid <= 0:
+            return 0.0
+        before, after = percentile(sorted(self.before_ms), 50.0), percentile(sorted(self.after_ms), 50.0)
+        return abs(after - before) / mid * 100.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"workload": self.workload, "before_ms": list(self.before_ms), "after_ms": list(self.after_ms),
+                "shift_pct": round(self.shift_pct, 4), "cpu_khz": self.cpu_khz, "temp_c": self.temp_c}
+
+    @classmethod
+    def from_dict(cls, data: Any, reader: "_Reader") -> "SpeedProbe":
+        d = reader.obj(data, "latency_ms.noise.probe")
+        lists = []
+        for key in ("before_ms", "after_ms"):
+            v = d.get(key)
+            if (not isinstance(v, list) or not v or
+                    not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                            for x in v)):
+                raise reader.fail("latency_ms.noise.probe.%s must be a non-empty list of positive numbers" % key)
+            lists.append(tuple(float(x) for x in v))
+        return cls(before_ms=lists[0], after_ms=lists[1], workload=str(d.get("workload") or "?"),
+                   cpu_khz=reader.num(d, "cpu_khz", "latency_ms.noise.probe", nullable=True) if d.get("cpu_khz")
+                   is not None else None,
+                   temp_c=reader.num(d, "temp_c", "latency_ms.noise.probe", nullable=True) if d.get("temp_c")
+                   is not None else None)
+
+
+@dataclass(frozen=True)
 class Noise:
     """Whether a run was stable: ``cv`` (std / mean), ``drift_pct`` (median of the second half
     vs the first, % of the p50), ``p50_ci_width_pct``, ``cpu_wait_pct`` (share of the runnable
@@ -112,6 +161,12 @@ class Noise:
     warnings: Tuple[str, ...] = ()
     cpu_wait_pct: Optional[float] = None
     contended: bool = False
+    probe: Optional[SpeedProbe] = None
+
+    @property
+    def probe_ms(self) -> Optional[float]:
+        """The machine-speed probe's median (ms), None for a run without one (older results)."""
+        return self.probe.ms if self.probe is not None else None
 
     @property
     def unsettled(self) -> bool:
@@ -123,7 +178,8 @@ class Noise:
     def to_dict(self) -> Dict[str, Any]:
         return {"cv": self.cv, "drift_pct": self.drift_pct, "p50_ci_width_pct": self.p50_ci_width_pct,
                 "cpu_wait_pct": self.cpu_wait_pct, "contended": self.contended,
-                "unstable": self.unstable, "warnings": list(self.warnings)}
+                "unstable": self.unstable, "warnings": list(self.warnings),
+                **({"probe_ms": self.probe_ms, "probe": self.probe.to_dict()} if self.probe is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Any, reader: _Reader) -> "Noise":
@@ -136,7 +192,8 @@ class Noise:
                    p50_ci_width_pct=reader.num(d, "p50_ci_width_pct", "latency_ms.noise", nullable=True),
                    unstable=bool(d.get("unstable")), warnings=tuple(str(w) for w in warnings),
                    cpu_wait_pct=reader.num(d, "cpu_wait_pct", "latency_ms.noise", nullable=True)
-                   if "cpu_wait_pct" in d else None, contended=bool(d.get("contended")))
+                   if "cpu_wait_pct" in d else None, contended=bool(d.get("contended")),
+                   probe=SpeedProbe.from_dict(d["probe"], reader) if d.get("probe") is not None else None)
 
 
 @dataclass(frozen=True)
@@ -161,10 +218,11 @@ class LatencyStats:
 
     @classmethod
     def from_samples(cls, samples_ms: Sequence[float], wall_s: Optional[float] = None,
-                     cpu_wait_pct: Optional[float] = None) -> "LatencyStats":
+                     cpu_wait_pct: Optional[float] = None, probe: Optional[SpeedProbe] = None) -> "LatencyStats":
         """Statistics of ``samples_ms`` (in run order). ``wall_s`` is the measured window's
         duration; without it throughput is ``count / sum(samples)``. ``cpu_wait_pct``: the CPU
-        wait share over the window (:func:`sdk.bench.cpu_wait_pct`). Percentiles interpolate
+        wait share over the window (:func:`sdk.bench.cpu_wait_pct`); ``probe`` the machine-speed
+        probe around it (:mod:`sdk.speedprobe`). Percentiles interpolate
         linearly; intervals are order-statistic intervals (:mod:`sdk.stats`)."""
         values = [float(v) for v in samples_ms]
         n = len(values)
@@ -186,7 +244,7 @@ class LatencyStats:
                                unstable=bool(noise["unstable"]),
                                warnings=tuple(noise["warnings"]),  # type: ignore[arg-type]
                                cpu_wait_pct=noise["cpu_wait_pct"],  # type: ignore[arg-type]
-                               contended=bool(noise["contended"])))
+                               contended=bool(noise["contended"]), probe=probe))
 
     def value(self, stat: str) -> float:
         """A statistic by its JSON name (``"p50"``, ``"mean"``, ...), in ms."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..bench import EarlyStop, LatencyRun, measure_latency
 from ..result import BenchResult, Energy, Power
@@ -17,7 +19,8 @@ from ..hostinfo import host_info
 from .base import Artifact, Session, Target
 from .registry import get_target
 
-__all__ = ["BenchResult", "benchmark", "benchmark_session", "describe_inputs", "HOST_POWER_REASON"]
+__all__ = ["BenchResult", "benchmark", "benchmark_session", "benchmark_pair", "PairTiming", "describe_inputs",
+           "HOST_POWER_REASON"]
 
 #: Why a measurement on this host has no power figures.
 HOST_POWER_REASON = "no power sensor: measurements on the host sample no power (run on a board for power)"
@@ -65,13 +68,7 @@ def benchmark_session(
     """Measure an open session. ``data``: None (seeded random feeds), a ``.npy``/``.npz`` path
     or folder, one feed, or an iterable of feeds (up to 64 are cycled). ``early_stop``: keep
     measuring until a tail percentile is measured well enough (:class:`sdk.bench.EarlyStop`)."""
-    feeds = _feeds_for(session, input_shapes, data, seed)
-    if len(feeds) == 1:
-        run_once = session.runner(feeds[0])
-    else:
-        runners = [session.runner(f) for f in feeds]
-        it = itertools.cycle(runners)
-        run_once = lambda: next(it)()  # noqa: E731
+    run_once = _cycling_runner(session, _feeds_for(session, input_shapes, data, seed))
     return measure_latency(run_once, warmup=warmup, min_runs=runs, min_seconds=min_seconds, max_seconds=max_seconds,
                            early_stop=early_stop)
 
@@ -140,3 +137,99 @@ def bench_settings(warmup: int, runs: int, min_seconds: float, max_seconds: Opti
     }
     out.update(more)
     return out
+
+
+@dataclass
+class PairTiming:
+    """Interleaved rounds of two models in one process: ``a_round_ms``/``b_round_ms`` the mean
+    latency (ms) of each round (round i of A and of B ran back to back, their order alternating),
+    ``runs_per_round`` of each, and what ran (``target``, ``options``, ``models``)."""
+
+    a_round_ms: List[float]
+    b_round_ms: List[float]
+    runs_per_round: Tuple[int, int]
+    target: str
+    options: Dict[str, Any] = field(default_factory=dict)
+    models: Tuple[Optional[str], Optional[str]] = (None, None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"a_round_ms": self.a_round_ms, "b_round_ms": self.b_round_ms,
+                "runs_per_round": list(self.runs_per_round), "target": self.target, "options": self.options,
+                "models": list(self.models)}
+
+
+def _cycling_runner(session: Session, feeds: List[Feed]) -> Callable[[], Any]:
+    """One call runs the next of ``feeds`` (the only one when there is one)."""
+    if len(feeds) == 1:
+        return session.runner(feeds[0])
+    it = itertools.cycle([session.runner(f) for f in feeds])
+
+    def run_once() -> Any:
+        return next(it)()
+    return run_once
+
+
+def _timed_rounds(runners: Sequence[Any], rounds: int, round_s: float, warmup: int) -> Tuple[List[List[float]], List[int]]:
+    per_round = []
+    for run_once in runners:  # warm up, then how many runs fill a round
+        for _ in range(max(1, warmup)):
+            run_once()
+        t0 = time.perf_counter()
+        run_once()
+        per_round.append(max(1, int(round_s / max(time.perf_counter() - t0, 1e-6))))
+    out: List[List[float]] = [[] for _ in runners]
+    perf = time.perf_counter
+    for r in range(rounds):
+        order = range(len(runners)) if r % 2 == 0 else reversed(range(len(runners)))  # ABBA: no order bias
+        for i in order:
+            run_once, k = runners[i], per_round[i]
+            t0 = perf()
+            for _ in range(k):
+                run_once()
+            out[i].append((perf() - t0) * 1e3 / k)
+    return out, per_round
+
+
+def benchmark_pair(
+    model_a: Any,
+    model_b: Any,
+    target: Optional[Union[str, Target]] = None,
+    *,
+    target_options: Optional[Mapping[str, Any]] = None,
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    data: Any = None,
+    rounds: int = 21,
+    round_s: float = 0.1,
+    warmup: int = 5,
+    seed: int = 0,
+    workdir: Optional[Union[str, os.PathLike]] = None,
+) -> PairTiming:
+    """Time A and B side by side: both opened on one ``target`` with the same options, the same
+    feeds (``data``, or seeded random inputs of ``input_shapes``; both models must take them), then
+    ``rounds`` interleaved rounds of about ``round_s`` seconds per model, the order alternating
+    (A B, B A, ...). Judge the result with :func:`sdk.compare.compare_paired`."""
+    from ..formats import default_target
+    from ..model import Model
+
+    if rounds < 6:
+        raise InputError(f"--rounds {rounds}: a paired comparison needs at least 6 rounds for an interval")
+    if not round_s > 0 or round_s > 60:
+        raise InputError(f"bad round length {round_s} s", "give a number of seconds in (0, 60]")
+    ma = model_a if isinstance(model_a, Model) else Model.load(model_a)
+    mb = model_b if isinstance(model_b, Model) else Model.load(model_b)
+    if target is None:
+        target = default_target(ma)
+    tgt = target if isinstance(target, Target) else get_target(target, **dict(target_options or {}))
+    art_a = tgt.prepare(ma, workdir=workdir)
+    art_b = tgt.prepare(mb, workdir=workdir)
+    with tgt.open(art_a) as sa, tgt.open(art_b) as sb:
+        check_input_names(input_shapes or {}, sa.inputs)
+        feeds = _feeds_for(sa, input_shapes, data, seed)
+        for i, f in enumerate(feeds):
+            check_feed(f, sb.inputs, source=f"input sample {i} (for B)")
+        runners = [_cycling_runner(s, feeds) for s in (sa, sb)]
+        (a_ms, b_ms), per_round = _timed_rounds(runners, rounds, round_s, warmup)
+    describe = tgt.describe()
+    return PairTiming(a_ms, b_ms, (per_round[0], per_round[1]), str(describe.get("name") or tgt.name),
+                      dict(describe.get("options") or {}),
+                      (str(ma.origin) if ma.origin else None, str(mb.origin) if mb.origin else None))

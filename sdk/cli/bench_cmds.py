@@ -47,6 +47,9 @@ def bench_cmd(
                                                                    "YOLO post-processing) over the images of --data."),
     device: str = typer.Option("auto", "--device", help="--pipeline: pre/post-processing on auto | cpu | cuda."),
     report: Optional[str] = typer.Option(None, "--report", help="--pipeline: write an HTML report here."),
+    against: Optional[str] = typer.Option(None, "--against", help="Time the model against this reference model "
+                                                                  "instead, in 21 interleaved rounds (exit 1 when "
+                                                                  "the model is slower)."),
 ) -> None:
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
     from ..bench import EarlyStop
@@ -64,6 +67,16 @@ def bench_cmd(
     profiles = parse_shape_profiles(input_shape or [])
     shapes = {name: opt for name, (_, opt, _) in profiles.items()}
     target, opts = _bench_options(model, target, input_shape, option, threads, provider)
+    if against:
+        from .compare_cmds import print_paired, run_paired
+
+        cmp = run_paired(against, model, target=target, input_shape=input_shape, threads=threads, data=data,
+                         rounds=21, round_seconds=0.1, threshold=None)
+        if json_path:
+            write_json(json_path, cmp.to_dict())
+        if json_path != "-":
+            print_paired(cmp, against, model)
+        raise typer.Exit(cmp.exit_code)
     if pipeline:
         from .pipeline_cmds import run_pipeline_cmd
 

@@ -11,21 +11,47 @@ def register(app: typer.Typer) -> None:
 
 
 def compare_cmd(
-    a: str = typer.Argument(..., help="Result JSON of the reference run (sdk bench / push / validate --json)."),
-    b: str = typer.Argument(..., help="Result JSON of the run to judge."),
-    threshold: float = typer.Option(5.0, "--threshold", min=0.0,
-                                    help="A slowdown beyond this % (with intervals apart) is a regression."),
+    a: str = typer.Argument(..., help="Reference: a result JSON (sdk bench / push / validate --json), or a model."),
+    b: str = typer.Argument(..., help="The one to judge: a result JSON, or a model (then both run interleaved here)."),
+    threshold: Optional[float] = typer.Option(
+        None, "--threshold", min=0.0, help="A slowdown beyond this % (with intervals apart) is a regression "
+                                           "(default 5 for results, 2 for interleaved models)."),
     on: Optional[List[str]] = typer.Option(None, "--on", help="Statistic that decides: p50 (default), p90, p99; repeatable."),
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Pick this board's result in files that hold several."),
+    normalize: bool = typer.Option(False, "--normalize", help="When the runs' speed probes differ, judge on "
+                                                              "probe-normalised latency instead of INCONCLUSIVE."),
+    target: Optional[str] = typer.Option(None, "--target", "-t", help="Models: the target both run on."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="Models: NAME=1x3x224x224; repeatable."),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Models: runtime threads of both."),
+    data: Optional[str] = typer.Option(None, "--data", help="Models: real inputs (.npy/.npz file or folder)."),
+    rounds: int = typer.Option(21, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
+    round_seconds: float = typer.Option(0.1, "--round-seconds", min=0.001, max=60.0, help="Models: seconds per model per round."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the comparison JSON here ('-' for stdout)."),
 ) -> None:
-    """Print the change of each latency statistic with its 95% interval; exit 1 when B is
-    significantly slower (intervals do not overlap AND the change is beyond --threshold), 0 otherwise."""
-    from ..compare import compare_results, load_result
-    from ._common import console, write_json
+    """Is B significantly slower than A? Two result files: each latency statistic's change with its
+    95% interval, INCONCLUSIVE when a run was contended or the machine's speed (its speed probe)
+    moved; exit 1 when B is significantly slower (intervals apart AND beyond --threshold). Two
+    models: both run here in interleaved rounds and are judged on the paired ratios."""
+    from ..compare import DEFAULT_THRESHOLD_PCT, compare_results, load_result
+    from ._common import check_output, console, write_json
 
-    cmp = compare_results(load_result(a, board), load_result(b, board), threshold_pct=threshold,
-                          decide_on=tuple(on or ("p50",)))
+    check_output(json_path, "--json")
+    if not (a.lower().endswith(".json") and b.lower().endswith(".json")):
+        if a.lower().endswith(".json") or b.lower().endswith(".json"):
+            from ..errors import InputError
+
+            raise InputError("sdk compare takes two result files or two models, not one of each",
+                             "give both --json results, or both models")
+        cmp_paired = run_paired(a, b, target=target, input_shape=input_shape, threads=threads, data=data,
+                                rounds=rounds, round_seconds=round_seconds, threshold=threshold)
+        if json_path:
+            write_json(json_path, cmp_paired.to_dict())
+        if json_path != "-":
+            print_paired(cmp_paired, a, b)
+        raise typer.Exit(cmp_paired.exit_code)
+    cmp = compare_results(load_result(a, board), load_result(b, board),
+                          threshold_pct=DEFAULT_THRESHOLD_PCT if threshold is None else threshold,
+                          decide_on=tuple(on or ("p50",)), normalize=normalize)
     if json_path:
         write_json(json_path, cmp.to_dict())
     if json_path != "-":
@@ -33,6 +59,41 @@ def compare_cmd(
         if json_path:
             console().print(f"wrote {json_path}")
     raise typer.Exit(cmp.exit_code)
+
+
+def run_paired(a: str, b: str, *, target: Optional[str], input_shape: Optional[List[str]], threads: Optional[int],
+               data: Optional[str], rounds: int, round_seconds: float, threshold: Optional[float]) -> Any:
+    """A and B timed in interleaved rounds here (:func:`sdk.targets.measure.benchmark_pair`) and
+    judged on their paired ratios (:func:`sdk.compare.compare_paired`)."""
+    from ..compare import PAIRED_THRESHOLD_PCT, compare_paired
+    from ..targets.measure import benchmark_pair
+    from ..tensors import parse_input_shapes
+
+    timing = benchmark_pair(a, b, target, target_options={"threads": threads} if threads else None,
+                            input_shapes=parse_input_shapes(input_shape or []), data=data, rounds=rounds,
+                            round_s=round_seconds)
+    return compare_paired(timing.a_round_ms, timing.b_round_ms,
+                          PAIRED_THRESHOLD_PCT if threshold is None else threshold)
+
+
+def print_paired(cmp: Any, a: str, b: str) -> None:
+    """The paired verdict: medians, the ratio with its interval, and the one-line verdict."""
+    from ._common import console
+
+    c = console()
+    d = cmp.to_dict()
+    ci = d["change_ci95_pct"]
+    c.print(f"B = {b} vs A = {a}: {d['rounds']} interleaved rounds", markup=False, soft_wrap=True)
+    c.print(f"  A median {d['a_median_ms']:.3f} ms, B median {d['b_median_ms']:.3f} ms; paired B/A "
+            f"{cmp.ratio:.4f} ({cmp.change_pct:+.1f} %, 95% CI "
+            + (f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %)" if ci else "none: too few rounds)"), markup=False, soft_wrap=True)
+    if cmp.regression:
+        c.print(f"[red]REGRESSION[/red]: B is slower in paired rounds (interval above no change, beyond "
+                f"{cmp.threshold_pct:g} %)", soft_wrap=True)
+    elif cmp.verdict == "faster":
+        c.print(f"B is faster in paired rounds (beyond {cmp.threshold_pct:g} %)", soft_wrap=True)
+    else:
+        c.print(f"no regression in paired rounds ({cmp.verdict}; threshold {cmp.threshold_pct:g} %)", soft_wrap=True)
 
 
 def _print(cmp: Any, a: str, b: str) -> None:

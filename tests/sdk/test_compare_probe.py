@@ -1,0 +1,173 @@
+"""The machine-speed probe and the paired (interleaved) comparison, on constructed timings.
+
+Constructed runs are steady (same spread, no drift, no CPU wait), so every verdict below comes from
+the probe or the paired logic alone, not from whatever the machine does this minute. The expected
+verdicts are worked out by hand in each test's comment.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sdk.compare import (PROBE_NOISE_FLOOR_PCT, compare_paired, compare_results, load_result, probe_change)
+from sdk.errors import InputError
+from sdk.result import BenchResult, LatencyStats, SpeedProbe
+from tests.clirun import run_cli
+
+
+def _steady(median_ms: float, n: int = 400):
+    """n samples in a steady pattern around ``median_ms`` (+-1 %, no drift between halves)."""
+    pattern = [0.99, 1.0, 1.01, 1.0]
+    return [median_ms * pattern[i % 4] for i in range(n)]
+
+
+def _result(median_ms, probe_before=None, probe_after=None, *, khz=None, workload="numpy-exp-add-64k-x24/1"):
+    probe = None
+    if probe_before is not None:
+        probe = SpeedProbe(tuple(probe_before), tuple(probe_after), workload, khz, None)
+    stats = LatencyStats.from_samples(_steady(median_ms), wall_s=median_ms * 0.4, cpu_wait_pct=0.5, probe=probe)
+    return BenchResult(stats=stats, target="onnxruntime", runtime={"version": "1"}, model={"path": None, "sha256": "ab" * 32},
+                       host={"cpu": "constructed", "cores": 2}, inputs=[],
+                       settings={"warmup": 0, "min_runs": 400, "min_seconds": 0.0})
+
+
+def test_probe_round_trips_through_json_and_schema():
+    import jsonschema
+
+    from sdk.result import schema_path
+
+    r = _result(10.0, [1.0, 1.1, 0.9], [1.0, 1.02, 0.98], khz=2.0e6)
+    doc = json.loads(json.dumps(r.to_dict()))
+    jsonschema.validate(doc, json.load(open(schema_path())))
+    noise = doc["latency_ms"]["noise"]
+    assert noise["probe_ms"] == pytest.approx(1.0)          # median of the six repeats
+    assert noise["probe"]["shift_pct"] == pytest.approx(0.0)  # before median 1.0, after median 1.0
+    back = BenchResult.from_dict(doc)
+    assert back.stats.noise.probe == r.stats.noise.probe
+    # a corrupt probe is a malformed result, not a crash
+    doc["latency_ms"]["noise"]["probe"]["after_ms"] = [float("nan")]
+    with pytest.raises(InputError, match="probe.after_ms"):
+        BenchResult.from_dict(doc)
+
+
+def test_speed_moved_between_steady_runs_is_inconclusive_not_a_regression():
+    # B is 16 % slower AND its probe is 16 % slower: the machine moved, not the model.
+    a = _result(10.0, [1.0] * 7, [1.0] * 7)
+    b = _result(11.6, [1.16] * 7, [1.16] * 7)
+    assert not a.stats.noise.unsettled and not b.stats.noise.unsettled   # each run is steady on its own
+    cmp = compare_results(a, b)
+    assert cmp.probe.change_pct == pytest.approx(16.0)
+    assert cmp.probe.moved and cmp.inconclusive and not cmp.regression and cmp.exit_code == 0
+    assert any("speed differed between A and B" in r and "+16.0 %" in r for r in cmp.inconclusive_reasons)
+    # --normalize: B x 1/1.16 is 10.0 ms again: judged, no change
+    norm = compare_results(a, b, normalize=True)
+    assert norm.normalized and not norm.inconclusive and not norm.regression
+    assert norm.change("p50").b_ms == pytest.approx(10.0)
+    assert any("probe-normalised" in w for w in norm.warnings)
+
+
+def test_model_slowdown_with_a_steady_probe_is_a_regression():
+    # B 20 % slower, probe 1 % apart (inside the 3 % floor): the model changed.
+    a = _result(10.0, [1.0] * 7, [1.0] * 7)
+    b = _result(12.0, [1.01] * 7, [1.01] * 7)
+    cmp = compare_results(a, b)
+    assert not cmp.probe.moved and not cmp.inconclusive
+    assert cmp.regression and cmp.exit_code == 1
+    # normalising changes nothing when the probe did not move
+    assert compare_results(a, b, normalize=True).regression
+
+
+def test_probe_noise_is_the_larger_shift_or_the_floor():
+    # A's probe moved 10 % within its own run (before 1.0, after 1.1): a 6 % difference is inside that noise.
+    a = _result(10.0, [1.0] * 7, [1.1] * 7)
+    b = _result(10.0, [1.12] * 7, [1.12] * 7)
+    p = probe_change(a, b)
+    assert p.noise_pct == pytest.approx(abs(1.1 - 1.0) / 1.05 * 100.0, rel=1e-3)  # 9.52 %
+    assert p.change_pct == pytest.approx((1.12 - 1.05) / 1.05 * 100.0, rel=1e-3)   # 6.67 %
+    assert not p.moved
+    quiet = probe_change(_result(10.0, [1.0] * 7, [1.0] * 7), _result(10.0, [1.02] * 7, [1.02] * 7))
+    assert quiet.noise_pct == PROBE_NOISE_FLOOR_PCT and not quiet.moved
+
+
+def test_other_clocks_or_workload_are_not_comparable():
+    a = _result(10.0, [1.0] * 7, [1.0] * 7, khz=2.0e6)
+    b = _result(14.0, [1.0] * 7, [1.0] * 7, khz=1.2e6)   # a board in another power mode
+    cmp = compare_results(a, b)
+    assert cmp.not_comparable and "other CPU clocks" in cmp.not_comparable
+    assert cmp.inconclusive and not cmp.regression
+    other = compare_results(a, _result(14.0, [1.0] * 7, [1.0] * 7, workload="other/1"))
+    assert "other workloads" in other.not_comparable and not other.regression
+
+
+def test_a_result_without_probe_is_judged_as_before_with_a_warning():
+    a = _result(10.0)
+    b = _result(12.0, [1.0] * 7, [1.0] * 7)
+    cmp = compare_results(a, b)
+    assert cmp.probe is None and cmp.regression
+    assert any("A carry no speed probe" in w for w in cmp.warnings)
+
+
+def test_baseline_check_reports_not_comparable():
+    from types import SimpleNamespace
+
+    from sdk.validation.checks import CHECKS
+
+    base = _result(10.0, [1.0] * 7, [1.0] * 7, khz=2.0e6)
+    throttled = _result(14.0, [1.0] * 7, [1.0] * 7, khz=1.2e6)
+    fn = CHECKS.load("latency.regression").fn
+    run = SimpleNamespace(bench=throttled, baseline=base, baseline_note=None)
+    verdict = fn(run, None, 5.0)
+    assert verdict[0] == "skip" and "not comparable" in verdict[2]
+    moved = _result(14.0, [1.4] * 7, [1.4] * 7, khz=2.0e6)
+    run = SimpleNamespace(bench=moved, baseline=base, baseline_note=None)
+    verdict = fn(run, None, 5.0)
+    assert verdict[0] == "skip" and "speed differed" in verdict[2]
+    real = _result(14.0, [1.0] * 7, [1.0] * 7, khz=2.0e6)
+    run = SimpleNamespace(bench=real, baseline=base, baseline_note=None)
+    verdict = fn(run, None, 5.0)
+    assert verdict[0] == "fail"
+
+
+def test_paired_verdicts_on_constructed_rounds():
+    # 21 rounds; the machine's speed swings by 40 % across them, but A and B swing together.
+    swing = [1.0 + 0.4 * ((i * 7) % 21) / 20 for i in range(21)]
+    a = [10.0 * s for s in swing]
+    b_same = [x * (1.0 + (0.004 if i % 2 else -0.004)) for i, x in enumerate(a)]
+    b_slow = [x * (1.05 + (0.004 if i % 2 else -0.004)) for i, x in enumerate(a)]
+    same = compare_paired(a, b_same)
+    assert same.verdict == "same" and not same.regression
+    slow = compare_paired(a, b_slow)
+    # every ratio is 1.046 or 1.054: the median 1.046..1.054, its interval above 1, beyond 2 %
+    assert slow.regression and slow.exit_code == 1
+    assert 4.5 < slow.change_pct < 5.5 and slow.change_ci_pct[0] > 0
+    fast = compare_paired(b_slow, a)
+    assert fast.verdict == "faster"
+    # a 5 % change under a 10 % threshold is not a regression, though significant
+    assert not compare_paired(a, b_slow, threshold_pct=10.0).regression
+    # the same rounds judged unpaired (separate medians) would be lost in the 40 % swing
+    with pytest.raises(InputError):
+        compare_paired(a, b_slow[:-1])
+    assert compare_paired(a[:5], b_slow[:5]).verdict == "uncertain"   # too few rounds for an interval
+
+
+def test_compare_two_models_cli_runs_interleaved(example_model, tmp_path, capsys):
+    out = tmp_path / "cmp.json"
+    code, stdout, stderr = run_cli(["compare", example_model, example_model, "--input-shape", "image=1x1x8x8",
+                                    "--rounds", "7", "--round-seconds", "0.01", "--json", out], capsys)
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "interleaved" and doc["rounds"] == 7 and len(doc["b_round_ms"]) == 7
+    assert code == (1 if doc["regression"] else 0)
+    assert "interleaved rounds" in stdout
+    code, _, stderr = run_cli(["compare", example_model, out], capsys)
+    assert code == 2 and "two result files or two models" in stderr
+
+
+def test_bench_run_carries_the_probe(example_model, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, stderr = run_cli(["bench", example_model, "--input-shape", "image=1x1x8x8", "--runs", "20",
+                               "--min-seconds", "0", "--json", out], capsys)
+    assert code == 0, stderr
+    r = load_result(out)
+    assert r.stats.noise.probe is not None and len(r.stats.noise.probe.before_ms) == 7
+    assert r.stats.noise.probe_ms > 0
