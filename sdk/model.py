@@ -131,6 +131,15 @@ class Model:
         info.update(self._handler.inspect(self))
         return info
 
+    def control_inputs(self) -> List[Dict[str, Any]]:
+        """The inputs whose values choose an ``If`` branch or bound/end a ``Loop``:
+        ``[{"input", "role", "node", "kind"}]`` (``kind`` ``"value"``: a small integer input a random
+        value must not stand for; ``"data"``: data whose content steers a loop). Empty for formats
+        without control flow analysis."""
+        if "control" not in self._cache:
+            self._cache["control"] = self._handler.control_inputs(self)
+        return list(self._cache["control"])
+
     def simplify(self) -> "Model":
         return self._handler.simplify(self)
 

@@ -89,6 +89,15 @@ class Session:
         known = {**self.default_shapes, **dict(shapes or {})}
         return {s.name: s.resolve(known.get(s.name)) for s in self.inputs}
 
+    def input_shapes_or_none(self, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                             values: Optional[Mapping[str, Any]] = None) -> Dict[str, Tuple[int, ...]]:
+        """:meth:`input_shapes`, where an input given a value takes the value's shape."""
+        import numpy as np
+
+        given = {k: tuple(np.asarray(v).shape) for k, v in (values or {}).items()}
+        merged = {**dict(shapes or {}), **given}
+        return self.input_shapes(merged or None)
+
     def __enter__(self) -> "Session":
         return self
 

@@ -60,6 +60,9 @@ class ModelFormat:
     def inspect(self, model: "Model") -> Dict[str, Any]:
         raise UnsupportedModelError(f"inspecting {self.name} models is not supported")
 
+    def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
+        return []
+
     def simplify(self, model: "Model") -> "Model":
         raise UnsupportedModelError(f"simplify() works on ONNX models, not {self.name}")
 

@@ -139,6 +139,11 @@ class OnnxFormat(ModelFormat):
             "macs_partial": bool(unknown),
         }
 
+    def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
+        from .onnx_control import control_inputs
+
+        return control_inputs(model.proto, {s.name: s for s in self.inputs(model)})
+
     # -- transforms -------------------------------------------------------------------------------------
     def simplify(self, model: "Model") -> "Model":
         try:
