@@ -73,7 +73,7 @@ def validate_cmd(
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
-    from ..sources import parse_preprocess, parse_sample_axes
+    from ..sources import parse_preprocess
     from ..tensors import parse_input_shapes
     from ..validation import validate
     from ._common import check_output, console
