@@ -120,8 +120,10 @@ class Model:
     def opset(self) -> Optional[int]:
         return self._handler.opset(self)
 
-    def inspect(self) -> ModelInfo:
-        """Inputs, outputs, op histogram, parameter count/bytes, MAC estimate and format facts."""
+    def inspect(self, input_values: Optional[Mapping[str, Any]] = None) -> ModelInfo:
+        """Inputs, outputs, op histogram, parameter count/bytes, MAC estimate and format facts.
+        ``input_values`` (``{"sr": 16000}``): count the ``If`` branches those values choose instead
+        of the larger one (``macs_notes`` says which)."""
         info = ModelInfo(
             path=str(self.origin) if self.origin else None,
             format=self.format,
@@ -129,6 +131,10 @@ class Model:
             size_bytes=self.size_bytes,
         )
         info.update(self._handler.inspect(self))
+        if input_values:
+            from .targets.measure import as_values
+
+            info.update(self._handler.mac_count(self, as_values(input_values, self.inputs)))
         return info
 
     def control_inputs(self) -> List[Dict[str, Any]]:

@@ -63,6 +63,10 @@ class ModelFormat:
     def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
         return []
 
+    def mac_count(self, model: "Model", values: Mapping[str, Any]) -> Dict[str, Any]:
+        """The ``macs*`` fields of :meth:`inspect` for the given input values (none: no change)."""
+        return {}
+
     def simplify(self, model: "Model") -> "Model":
         raise UnsupportedModelError(f"simplify() works on ONNX models, not {self.name}")
 
