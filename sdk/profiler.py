@@ -75,6 +75,7 @@ def _local_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
     from .targets.measure import as_values, require_control_values
 
     tgt = get_target(cfg.target or default_target(model), **dict(cfg.target_options))
+    type(tgt).check_precision(cfg.precision, model)   # a precision it cannot honour: exit 2
     artifact = tgt.prepare(model)
     with tgt.open(artifact) as session:
         values = as_values(cfg.input_values, session.inputs)
@@ -100,6 +101,9 @@ def _board_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
         prof = board.profile
         pushed = board.push(model.path)
         target = board._pick_target(pushed, cfg.target)     # the profile's first target that runs this format
+        from .targets import target_class
+
+        target_class(target).check_precision(cfg.precision, model)   # one it cannot honour: exit 2
         request = {"model_path": board._abs(pushed.remote_path), "target": target,
                    "target_options": prof.runtime.target_options(target, cfg.target_options),
                    "precision": cfg.precision or prof.runtime.precision,

@@ -220,6 +220,33 @@ def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
 MAX_INPUT_BYTES = 16 * 1024 ** 3    # one input tensor larger than this is a typo, not a model input
 
 
+def _check_precision(model: str, precision: Optional[str], target: Optional[str], profiles: List[Any]) -> None:
+    """A ``--precision`` the target (``--target``, else each board's pick for this format) cannot
+    honour is bad input (exit 2), not a run of the stored precision that says so only in the JSON."""
+    if not precision:
+        return
+    from ..errors import EdgeSDKError
+    from ..formats import default_target
+    from ..model import Model
+    from ..targets import target_class
+
+    m = Model.load(model)
+    names = {target} if target else set()
+    if not target:
+        for prof in profiles:
+            picked = None
+            for name in getattr(getattr(prof, "runtime", None), "targets", ()) or ():
+                try:
+                    if m.format in getattr(target_class(name), "model_formats", ("onnx",)):
+                        picked = name
+                        break
+                except EdgeSDKError:
+                    continue
+            names.add(picked or default_target(m))
+    for name in sorted(names):
+        target_class(name).check_precision(precision, m)
+
+
 def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str],
               input_value: Optional[List[str]] = None) -> Dict[str, Any]:
     """What the boards would refuse, found here first: a file that is no model, an unknown target
@@ -300,6 +327,7 @@ def push_cmd(
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
     values = _precheck(model, shapes, target, input_value)  # bad input is exit 2, before any board work
+    _check_precision(model, precision, target, profiles)
     uploads = _Uploads()
 
     def job(b: Any) -> Any:
