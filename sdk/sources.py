@@ -296,6 +296,13 @@ class _AxisRows:
             yield np.ascontiguousarray(self._arr[i:i + 1])
 
 
+def _moved(spec: TensorSpec, axis: int) -> TensorSpec:
+    """``spec`` with its sample ``axis`` first and dynamic (how :class:`_AxisRows` holds it)."""
+    dims = list(spec.shape)
+    rest = [d for j, d in enumerate(dims) if j != axis % max(1, len(dims))]
+    return TensorSpec(spec.name, tuple([None] + rest), spec.dtype)
+
+
 def parse_sample_axes(items: Optional[Iterable[str]], specs: Sequence[TensorSpec]) -> Dict[str, Optional[int]]:
     """``["state=none", "x=1"]`` -> ``{"state": None, "x": 1}``: which axis of each ``--data`` array
     holds the samples (``none``: the array is one value used by every sample, such as a rate or
@@ -405,7 +412,8 @@ class ArraySource(Source):
                 rows[n] = _AxisRows(rows[n], int(self.sample_axes[n] or 0))
         self.constants.append(const)
         if const or self.values or any(self.sample_axes.values()):
-            specs = [s for s in self.specs if s.name in rows]
+            specs = [_moved(s, rows[s.name].axis) if isinstance(rows[s.name], _AxisRows) else s
+                     for s in self.specs if s.name in rows]
             layout = file_layout({n: r.shape for n, r in rows.items()}, specs)
             if layout == WHOLE:
                 label = None

@@ -75,13 +75,18 @@ def benchmark_session(
     seed: int = 0,
     early_stop: Optional[EarlyStop] = None,
     input_values: Optional[Mapping[str, Any]] = None,
+    carry: Optional[Mapping[str, str]] = None,
 ) -> LatencyRun:
     """Measure an open session. ``data``: None (seeded random feeds), a ``.npy``/``.npz`` path
     or folder, one feed, or an iterable of feeds (up to 64 are cycled). ``early_stop``: keep
     measuring until a tail percentile is measured well enough (:class:`sdk.bench.EarlyStop`).
-    ``input_values``: arrays of inputs that are not data (:func:`sdk.data.parse_input_values`)."""
+    ``input_values``: arrays of inputs that are not data (:func:`sdk.data.parse_input_values`).
+    ``carry``: ``{output: input}``: each run feeds that output of the run before back as the input
+    (a recurrent state, as streaming models run); the first run uses the data's (or random) value."""
     feeds = _feeds_for(session, input_shapes, data, seed, input_values)
-    if len(feeds) == 1:
+    if carry:
+        run_once = _carrying_runner(session, feeds, carry)
+    elif len(feeds) == 1:
         run_once = session.runner(feeds[0])
     else:
         runners = [session.runner(f) for f in feeds]
@@ -89,6 +94,57 @@ def benchmark_session(
         run_once = lambda: next(it)()  # noqa: E731
     return measure_latency(run_once, warmup=warmup, min_runs=runs, min_seconds=min_seconds, max_seconds=max_seconds,
                            early_stop=early_stop)
+
+
+def check_carry(carry: Mapping[str, str], session: Session) -> Dict[str, str]:
+    """``carry`` checked against the session: each output and input exists, with equal shapes
+    where both are static (:class:`InputError` names the pair)."""
+    outs = {s.name: s for s in session.outputs}
+    ins = {s.name: s for s in session.inputs}
+    for out, inp in carry.items():
+        if out not in outs:
+            raise InputError(f"--carry {out}={inp}: '{out}' is not a model output", f"outputs: {', '.join(outs)}")
+        if inp not in ins:
+            raise InputError(f"--carry {out}={inp}: '{inp}' is not a model input", f"inputs: {', '.join(ins)}")
+        if np_dtype(outs[out].dtype) != np_dtype(ins[inp].dtype):
+            raise InputError(f"--carry {out}={inp}: output dtype {outs[out].dtype} is not the input's {ins[inp].dtype}")
+    return dict(carry)
+
+
+def np_dtype(name: str) -> Any:
+    import numpy as np
+
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return name
+
+
+def _carrying_runner(session: Session, feeds: List[Feed], carry: Mapping[str, str]) -> Any:
+    check_carry(carry, session)
+    state: Dict[str, Any] = {}
+    it = itertools.cycle(feeds)
+
+    def run_once() -> Any:
+        feed = dict(next(it))
+        feed.update(state)
+        out = session.run(feed)
+        for o, i in carry.items():
+            state[i] = out[o]
+        return out
+
+    return run_once
+
+
+def parse_carry(items: Optional[Sequence[str]]) -> Dict[str, str]:
+    """``["stateN=state"]`` -> ``{"stateN": "state"}`` (output = input)."""
+    out: Dict[str, str] = {}
+    for item in items or []:
+        o, sep, i = item.partition("=")
+        if not sep or not o.strip() or not i.strip():
+            raise InputError(f"bad --carry '{item}'", "write OUTPUT=INPUT, e.g. stateN=state")
+        out[o.strip()] = i.strip()
+    return out
 
 
 def benchmark(
@@ -107,6 +163,7 @@ def benchmark(
     build_options: Optional[Mapping[str, Any]] = None,
     early_stop: Optional[EarlyStop] = None,
     input_values: Optional[Mapping[str, Any]] = None,
+    carry: Optional[Mapping[str, str]] = None,
 ) -> BenchResult:
     """Prepare ``model`` for ``target``, open a session and measure latency (MLPerf
     SingleStream: at least ``runs`` runs AND ``min_seconds``). ``input_shapes`` fixes dynamic dims
@@ -114,7 +171,8 @@ def benchmark(
     the model's format (``onnxruntime`` for ONNX, ``tflite`` for TFLite). ``input_values``: the
     values of inputs that are not data (``{"sr": np.array(16000)}``; strings ``"sr=16000"`` are
     parsed by the model's dtypes); an input that chooses a control-flow branch or bounds a loop
-    must have one (:class:`InputError` otherwise)."""
+    must have one (:class:`InputError` otherwise). ``carry``: ``{output: input}`` fed back across
+    runs (see :func:`benchmark_session`)."""
     from ..formats import default_target
     from ..model import Model
 
@@ -131,7 +189,7 @@ def benchmark(
             require_control_values(model, values, "sdk bench")
         run = benchmark_session(session, input_shapes=input_shapes, data=data, warmup=warmup, runs=runs,
                                 min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early_stop,
-                                input_values=values)
+                                input_values=values, carry=carry)
         feeds_desc = describe_inputs(session, input_shapes, data, values)
     describe = tgt.describe()
     describe.update({k: v for k, v in artifact.metadata.items() if k not in describe})
@@ -142,7 +200,8 @@ def benchmark(
         model={"path": str(model.origin) if model.origin else None, "sha256": model.sha256, "format": model.format},
         host=host_info(),
         inputs=feeds_desc,
-        settings=bench_settings(warmup, runs, min_seconds, max_seconds, data, seed, early_stop),
+        settings=bench_settings(warmup, runs, min_seconds, max_seconds, data, seed, early_stop,
+                                **({"carry": dict(carry)} if carry else {})),
         samples_ms=run.samples_ms,
         window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
         power=Power.unmeasured(HOST_POWER_REASON),

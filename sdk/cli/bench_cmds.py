@@ -25,6 +25,9 @@ def bench_cmd(
     sample_axis: Optional[List[str]] = typer.Option(
         None, "--sample-axis", help="Which axis of a --data array holds the samples: NAME=AXIS, or NAME=none "
                                     "for one value every sample uses (an initial state). Repeatable."),
+    carry: Optional[List[str]] = typer.Option(
+        None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT (stateN=state), "
+                              "as a streaming model runs. Repeatable."),
     runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs before measuring."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),
@@ -58,6 +61,7 @@ def bench_cmd(
     from ..bench import EarlyStop
     from ..errors import InputError
     from ..targets import benchmark
+    from ..targets.measure import parse_carry
     from ..tensors import parse_shape_profiles
     from ._common import check_output, write_json
 
@@ -91,7 +95,7 @@ def bench_cmd(
                             sample_axes=parse_sample_axes(sample_axis, specs))
     result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=feeds, warmup=warmup,
                        runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early,
-                       input_values=list(input_value or []))
+                       input_values=list(input_value or []), carry=parse_carry(carry))
     if json_path == "-":
         write_json("-", result.to_dict(samples=samples))
         return

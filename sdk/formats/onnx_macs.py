@@ -17,7 +17,7 @@ __all__ = ["MacCount", "count_macs", "graph_macs", "node_macs", "MAC_OPS", "RNN_
 
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN", "If", "Loop", "Scan")
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
-_MAX_TRIPS = 1_000_000
+_MAX_TRIPS = 100_000
 
 
 @dataclass
@@ -365,6 +365,8 @@ def loop_trip_count(node: Any, scope: Dict[str, Any]) -> Tuple[Optional[int], st
         return None, f"the loop condition is decided at run time: {exc}"
     if not cond:
         return 0, "its initial condition is false"
+    if m is None and _cond_passthrough(body):
+        return None, m_why
     body_scope = _constants(body, scope)
     carried_in = [i.name for i in body.input[2:]]
     carried_out = [o.name for o in body.output[1:1 + len(carried_in)]]
@@ -402,7 +404,7 @@ def loop_trip_count(node: Any, scope: Dict[str, Any]) -> Tuple[Optional[int], st
             return m, "a constant trip count"
         return None, m_why or f"the loop ends on a condition computed at run time ({exc})"
     if trips >= _MAX_TRIPS:
-        return None, "the condition did not end the loop within a million iterations"
+        return None, "the condition did not end the loop within %d iterations" % _MAX_TRIPS
     if m is not None and trips == m:
         return trips, "the constant trip count M"
     return trips, "the condition, evaluated from constants and the loop counter"
