@@ -120,7 +120,7 @@ class Model:
     def opset(self) -> Optional[int]:
         return self._handler.opset(self)
 
-    def inspect(self, input_values: Optional[Mapping[str, Any]] = None) -> ModelInfo:
+    def inspect(self, input_values: Any = None) -> ModelInfo:
         """Inputs, outputs, op histogram, parameter count/bytes, MAC estimate and format facts.
         ``input_values`` (``{"sr": 16000}``): count the ``If`` branches those values choose instead
         of the larger one (``macs_notes`` says which)."""

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from ..bench import EarlyStop, LatencyRun, measure_latency
 from ..result import BenchResult, Energy, Power
-from ..data import Feed, check_feed, iter_feeds, random_feed, with_values
+from ..data import Feed, check_feed, random_feed, with_values
 from ..errors import InputError
 from ..tensors import check_input_names
 from ..hostinfo import host_info

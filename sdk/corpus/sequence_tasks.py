@@ -57,7 +57,7 @@ class VadStream(Task):
         feeds: List[Feed] = []
         for k in range(n * stride):
             new = x[k * self.chunk:(k + 1) * self.chunk]
-            feed = {"input": np.concatenate([ctx, new])[None].astype(np.float32), "state": state, "sr": sr}
+            feed: Feed = {"input": np.concatenate([ctx, new])[None].astype(np.float32), "state": state, "sr": sr}
             if k % stride == stride - 1:
                 feeds.append(feed)
             _, state = sess.run(None, feed)

@@ -273,7 +273,8 @@ def constant_params(graph: Any) -> "tuple[int, int]":
 
 # -- MACs ------------------------------------------------------------------------------------------------
 from .onnx_macs import MAC_OPS as _MAC_OPS  # noqa: E402,F401 - re-exported for the roofline
-from .onnx_macs import count_macs, node_macs  # noqa: E402,F401
+from .onnx_macs import count_macs as count_macs  # noqa: E402
+from .onnx_macs import node_macs as node_macs  # noqa: E402
 
 
 def _static_shape(shapes: Dict[str, List[Any]], name: str, rank: Optional[int] = None,

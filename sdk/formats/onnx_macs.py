@@ -11,7 +11,7 @@ the count partial: :attr:`MacCount.partial` says so and :attr:`MacCount.notes` s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 __all__ = ["MacCount", "count_macs", "graph_macs", "node_macs", "MAC_OPS", "RNN_GATES", "loop_trip_count"]
 
@@ -330,7 +330,7 @@ def _evaluate(name: str, env: Dict[str, Any], scope: Dict[str, Any], cache: Dict
     return val
 
 
-def _inputs_closure(name: str, scope: Dict[str, Any], seen: set) -> set:
+def _inputs_closure(name: str, scope: Dict[str, Any], seen: Set[str]) -> Set[str]:
     if name in seen or name not in scope:
         return {name}
     seen.add(name)

@@ -121,8 +121,8 @@ class HostRunner:
         if stacked:
             # stacked samples (an input without a batch axis): one feed per sample, outputs stacked
             n = len(next(iter(arrays.values())))
-            per = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
-            return {k: np.stack([np.asarray(p[k]) for p in per]) for k in per[0]} if per else {}
+            outs = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
+            return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]} if outs else {}
         counts = {len(a) for a in arrays.values()}
         if len(counts) != 1:
             raise InputError(f"inputs have different sample counts {sorted(counts)}")
