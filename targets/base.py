@@ -194,8 +194,15 @@ class Session:
             check_feed(feeds, self.inputs)
         except InputError as bad:
             return bad
-        first = first_line(exc)
+        first = strip_ansi(first_line(exc))
+        why = self._diagnose(feeds, str(exc))
+        if why:
+            return InputError(f"{self.target_name} cannot run these inputs: {why}", f"the runtime said: {first[:200]}")
         return InferenceError(f"{self.target_name} failed to run: {first}")
+
+    def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        """A backend's explanation of a failure from the model's own shapes (None: none)."""
+        return None
 
 
 class Target:
@@ -314,6 +321,13 @@ class Target:
 
     def __repr__(self) -> str:
         return f"<Target {self.name} {self.options}>"
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (a runtime's coloured log text)."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", text)
 
 
 def stored_precision(model: Any) -> Optional[str]:

@@ -8,6 +8,7 @@ third-party log lines) instead. Ctrl-C stops the board jobs and exits 130.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, List, Optional
 
@@ -158,6 +159,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+        os.environ["EDGESDK_RUNTIME_LOG"] = "1"   # the runtimes' own logs too (quiet otherwise)
     previous = _install_sigint()
     try:
         code = _run(argv, debug)

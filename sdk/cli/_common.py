@@ -29,7 +29,9 @@ def err_console() -> Any:
 
 def error_line(exc: BaseException) -> None:
     """Print ``error: <message> (<hint>)`` as one line on stderr, no markup interpretation."""
-    text = str(exc).replace("\n", " ").strip()
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", str(exc)).replace("\n", " ").strip()  # no raw escapes
     sys.stderr.write(f"error: {text}\n")
     sys.stderr.flush()
 
