@@ -51,7 +51,7 @@ class OnnxRuntimeSession(Session):
             from ...formats.onnx_diagnose import explain_shapes, node_named
 
             src = self._model_source
-            proto = onnx.load_from_string(src) if isinstance(src, (bytes, bytearray)) else onnx.load(str(src))
+            proto = onnx.load_from_string(bytes(src)) if isinstance(src, (bytes, bytearray)) else onnx.load(str(src))
             return explain_shapes(proto, feeds, node_named(message))
         except Exception:  # noqa: BLE001 - an explanation is a bonus; the runtime's own line stays
             return None
