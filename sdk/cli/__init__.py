@@ -192,6 +192,9 @@ def _run(argv: List[str], debug: bool) -> int:
 
         cmd = typer.main.get_command(build_app())
         _plain_metavars(cmd)
+        from ._layout import flatten_help
+
+        flatten_help(cmd)   # help paragraphs wrap at the terminal width, not mid-sentence
         rv = cmd.main(args=argv, prog_name="sdk", standalone_mode=False)
         if rv == 130:                  # typer turns KeyboardInterrupt into Exit(130)
             raise KeyboardInterrupt

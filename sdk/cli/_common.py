@@ -13,17 +13,17 @@ _consoles: Dict[str, Any] = {}
 
 def console() -> Any:
     if "out" not in _consoles:
-        from rich.console import Console
+        from ._layout import FittingConsole  # tables that fit 80 columns and a pipe
 
-        _consoles["out"] = Console(highlight=False)
+        _consoles["out"] = FittingConsole(highlight=False)
     return _consoles["out"]
 
 
 def err_console() -> Any:
     if "err" not in _consoles:
-        from rich.console import Console
+        from ._layout import FittingConsole
 
-        _consoles["err"] = Console(stderr=True, highlight=False)
+        _consoles["err"] = FittingConsole(stderr=True, highlight=False)
     return _consoles["err"]
 
 
