@@ -201,7 +201,9 @@ def benchmark(
         host=host_info(),
         inputs=feeds_desc,
         settings=bench_settings(warmup, runs, min_seconds, max_seconds, data, seed, early_stop,
-                                **({"carry": dict(carry)} if carry else {})),
+                                **({"carry": dict(carry)} if carry else {}),
+                                **({"notes": data_steering_notes(model)} if data is None and
+                                   data_steering_notes(model) else {})),
         samples_ms=run.samples_ms,
         window={"begin_s": run.begin_s, "end_s": run.end_s, "clock": "time.monotonic"},
         power=Power.unmeasured(HOST_POWER_REASON),
@@ -229,13 +231,24 @@ def as_values(values: Any, specs: Sequence[Any]) -> Dict[str, Any]:
     return out
 
 
+def data_steering_notes(model: Any) -> List[str]:
+    """One note per data input whose content steers control flow (a Loop that ends on what the
+    model computes from it): random inputs time another number of iterations than real data."""
+    control = getattr(model, "control_inputs", None)
+    if control is None:
+        return []
+    return [f"input '{c['input']}' {c['role']} ({c['node']}): random data may run another number of "
+            f"iterations or another branch than real data; measure with --data" for c in control()
+            if c.get("kind") == "data"]
+
+
 def require_control_values(model: Any, values: Mapping[str, Any], command: str) -> None:
     """:class:`InputError` when a random input would choose an ``If`` branch or bound a ``Loop``:
     a random value times an arbitrary branch (see :meth:`sdk.model.Model.control_inputs`)."""
     control = getattr(model, "control_inputs", None)
     if control is None:
         return
-    missing = [c for c in control() if c["input"] not in values]
+    missing = [c for c in control() if c["input"] not in values and c.get("kind") == "value"]
     if missing:
         c = missing[0]
         raise InputError(f"input '{c['input']}' {c['role']} ({c['node']}); a random value would run an "

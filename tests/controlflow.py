@@ -98,3 +98,18 @@ def bilstm_model(path, seq: int = 7, batch: int = 1, inp: int = 5, hidden: int =
     g = helper.make_graph([node], "bilstm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inp])],
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 2, batch, hidden])], [w, r])
     return _save(g, path, opset=14)
+
+
+def loop_data_model(path):
+    """A Loop (``M = 10``, body ``h @ W``) that runs only when ``sum(x) > 0``: the data's content
+    steers it (``kind: data``), so random data may time another number of iterations."""
+    w0 = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w0")
+    m = numpy_helper.from_array(np.array(10, np.int64), "M")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["go"], name="positive"),
+             helper.make_node("MatMul", ["x", "w0"], ["h0"], name="first_mm"),
+             helper.make_node("Loop", ["M", "go", "h0"], ["h"], body=_loop_body(False, 10), name="data_loop")]
+    g = helper.make_graph(nodes, "loop_data", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])], [w0, m, zero])
+    return _save(g, path)

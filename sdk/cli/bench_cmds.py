@@ -136,6 +136,8 @@ def _print_bench(result: Any, json_path: Optional[str], samples: bool) -> None:
     c.print(latency_table(f"{Path(str(result.model['path'])).name} latency", [(result.target, result)]))
     c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
             f"{result.target} {result.runtime_version or ''}".rstrip())
+    for note in (result.settings or {}).get("notes") or []:
+        c.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for line in noise_lines(result.target, result):
         c.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_path:

@@ -170,3 +170,18 @@ def test_profile_trace_loop_row_does_not_count_its_body_twice():
     assert by["if_in_body"].time_ms == pytest.approx(0.010)
     assert sum(l.time_ms for l in trace.layers) == pytest.approx(0.89)   # 90 + 800 us, nothing twice
     assert trace.kernel_ms[0] == pytest.approx(0.89)
+
+
+def test_data_that_steers_a_loop_is_noted_not_refused(tmp_path):
+    """bench's random input drove a Loop model to another iteration count than real data, with no note."""
+    from sdk.targets import benchmark
+    from tests.controlflow import loop_data_model
+
+    p = loop_data_model(tmp_path / "loop_data.onnx")
+    (ctl,) = Model.load(p).control_inputs()
+    assert ctl["input"] == "x" and ctl["kind"] == "data" and "Loop" in ctl["role"]
+    res = benchmark(p, runs=2, min_seconds=0, warmup=0)
+    (note,) = res.settings["notes"]
+    assert "input 'x'" in note and "--data" in note
+    assert "notes" not in benchmark(p, data={"x": np.ones((1, 4), np.float32)}, runs=2, min_seconds=0,
+                                    warmup=0).settings
