@@ -91,24 +91,17 @@ def fit_table(table: Any, width: int) -> Any:
     return Group(*rows)
 
 
-def _console_class() -> Any:
-    from rich.console import Console
-    from rich.table import Table
-
-    class FittingConsole(Console):
-        """A :class:`rich.console.Console` whose tables fit (see the module docstring)."""
-
-        def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
-            fitted = [fit_table(o, self.width) if isinstance(o, Table) else o for o in objects]
-            super().print(*fitted, **kwargs)
-
-    return FittingConsole
+from rich.console import Console as _Console  # noqa: E402 - this module is imported when a console is made
 
 
-def __getattr__(name: str) -> Any:  # the class is built on first use: rich stays a lazy import
-    if name == "FittingConsole":
-        return _console_class()
-    raise AttributeError(name)
+class FittingConsole(_Console):
+    """A :class:`rich.console.Console` whose tables fit (see the module docstring)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        from rich.table import Table
+
+        fitted = [fit_table(o, self.width) if isinstance(o, Table) else o for o in objects]
+        super().print(*fitted, **kwargs)
 
 
 def flatten_help(command: Any) -> None:
