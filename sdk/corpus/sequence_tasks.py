@@ -33,6 +33,13 @@ def _session(name: str) -> Any:
     return ort.InferenceSession(str(path(name)), so, providers=["CPUExecutionProvider"])
 
 
+class _FirstOutput(Task):
+    """Decodes to the first output, flattened (a probability, a spectrum, an embedding)."""
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        return np.asarray(outputs[0], np.float64).ravel()
+
+
 def _mean_abs_agreement(reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
     ref = np.concatenate([np.asarray(r[0], np.float64).ravel() for r in reference])
     cand = np.concatenate([np.asarray(c[0], np.float64).ravel() for c in candidate])
@@ -40,7 +47,7 @@ def _mean_abs_agreement(reference: Sequence[Outputs], candidate: Sequence[Output
 
 
 @register_task("vad-stream")
-class VadStream(Task):
+class VadStream(_FirstOutput):
     """Silero VAD v5: 512 new samples at 16 kHz with the previous chunk's last 64 as context
     (``input [1, 576]``), ``state [2, 1, 128]`` carried from ``stateN``, ``sr`` = 16000."""
 
@@ -78,7 +85,7 @@ def _mel_input(model: CorpusModel, n: int, seed: int) -> List[np.ndarray]:
 
 
 @register_task("log-mel")
-class LogMel(Task):
+class LogMel(_FirstOutput):
     """openWakeWord's mel front end: waveform ``[1, samples]`` -> dB mel ``[frames, 1, ?, 32]``."""
 
     metric_name = "mel bins within 1 dB vs FP32"
@@ -104,7 +111,7 @@ def _embedding_windows(audio_int16: np.ndarray) -> np.ndarray:
 
 
 @register_task("embedding")
-class Embedding(Task):
+class Embedding(_FirstOutput):
     """openWakeWord's speech embedding: 76 mel frames ``[1, 76, 32, 1]`` -> ``[1, 1, 1, 96]``."""
 
     metric_name = "embedding cosine vs FP32"
@@ -123,7 +130,7 @@ class Embedding(Task):
 
 
 @register_task("wake-word")
-class WakeWord(Task):
+class WakeWord(_FirstOutput):
     """An openWakeWord head: 16 embeddings ``[1, 16, 96]`` -> probability ``[1, 1]``."""
 
     metric_name = "1 - mean |score difference| vs FP32"
@@ -143,7 +150,7 @@ class WakeWord(Task):
 
 
 @register_task("turn-detect")
-class TurnDetect(Task):
+class TurnDetect(_FirstOutput):
     """Smart Turn v3 (a Whisper-tiny encoder with a classifier): 8 s of Whisper log-mel
     ``[1, 80, 800]`` -> probability that the speaker's turn is complete ``[1, 1]``."""
 
