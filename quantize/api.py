@@ -89,7 +89,14 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
         except ModelError as exc:
             notes["per_tensor_only"] = str(exc)
     if input_shapes:
-        m = m.with_input_shapes(input_shapes)
+        steering = sorted({c["input"] for c in m.control_inputs() if c["role"].startswith("chooses an If")})
+        if steering:
+            # a static shape makes the runtime infer the branch the value never takes, which then
+            # fails ("LSTM: first input must have rank 3"): the shapes stay the calibration data's
+            notes["input_shapes_not_fixed"] = (f"an If branch depends on input {', '.join(steering)}: "
+                                               "the graph keeps its dynamic shapes")
+        else:
+            m = m.with_input_shapes(input_shapes)
     import onnx
 
     proto = onnx.ModelProto()
@@ -252,6 +259,11 @@ class QuantizeConfig:
     method_params: Dict[str, Any] = field(default_factory=dict)
     preprocess: Any = None
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None
+    #: values of inputs that are not data (``{"sr": 16000}`` or ``["sr=16000"]``): added to every
+    #: calibration and evaluation sample that does not hold them
+    input_values: Any = None
+    #: which axis of each calibration array holds the samples (None: one value for every sample)
+    sample_axes: Optional[Mapping[str, Optional[int]]] = None
     eval_data: Any = None
     labels: Any = None
     max_drop: Optional[float] = None
@@ -364,8 +376,12 @@ class _Run:
     def calibrate(self, calib: Any) -> None:
         from ..sources import open_source
 
+        from ..targets.measure import as_values
+
         cfg = self.cfg
-        self.source = open_source(calib, self.prepared.inputs, cfg.preprocess, limit=cfg.calib_limit)
+        values = as_values(cfg.input_values, self.prepared.inputs)
+        self.source = open_source(calib, self.prepared.inputs, cfg.preprocess, limit=cfg.calib_limit,
+                                  values=values, sample_axes=cfg.sample_axes)
         self.stats, self.calib_info = load_or_calibrate(
             self.prepared, self.source, stats_path=cfg.stats_path, use_cache=cfg.use_cache, workers=cfg.workers,
             batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor)
@@ -450,7 +466,7 @@ class _Run:
         if cfg.eval_data is None:
             return
         self.ref_sess = ort_session(self.work)
-        eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess)
+        eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess, cfg)
         eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
 
         ref_cache: Dict[Optional[int], List[Dict[str, np.ndarray]]] = {}
@@ -656,10 +672,13 @@ def _dynamic_batch(model: Any) -> bool:
     return all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] > 0) for s in model.inputs)
 
 
-def _eval_source(eval_data: Any, labels: Any, model: Any, preprocess: Any = None):
+def _eval_source(eval_data: Any, labels: Any, model: Any, preprocess: Any = None, cfg: Any = None):
     from ..sources import open_source
+    from ..targets.measure import as_values
 
-    return open_source(eval_data, model.inputs, preprocess)
+    values = as_values(getattr(cfg, "input_values", None), model.inputs)
+    return open_source(eval_data, model.inputs, preprocess, values=values,
+                       sample_axes=getattr(cfg, "sample_axes", None))
 
 
 def _with_labels(batches, labels: Any):

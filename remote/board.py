@@ -276,7 +276,7 @@ class Board:
                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                   target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
                   samples: bool = False, early_stop: Optional["EarlyStop"] = None, lock_clocks: Any = None,
-                  telemetry: Any = True) -> "BenchResult":
+                  telemetry: Any = True, input_values: Optional[Mapping[str, Any]] = None) -> "BenchResult":
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
         ``target`` (default: the profile's first that runs the model's format) and measure latency (MLPerf SingleStream: at
         least ``runs`` AND ``min_seconds``, and with ``early_stop`` (:class:`sdk.bench.EarlyStop`)
@@ -289,7 +289,9 @@ class Board:
         ``window``). ``telemetry``: sample CPU/GPU load, clocks and temperatures during the run
         (True, False or ``{rate_hz}``; in ``result.telemetry``). ``lock_clocks``: on a Jetson, pin
         clocks with nvpmodel + jetson_clocks for the run and restore them after (True or
-        ``{power_mode, sudo}``; states and commands in ``result.clock_lock``)."""
+        ``{power_mode, sudo}``; states and commands in ``result.clock_lock``). ``input_values``:
+        arrays of inputs that are not data (``{"sr": np.array(16000)}``), sent with the request."""
+        from ..data import values_to_json
         from ..result import BenchResult
 
         pushed = self.push(model)
@@ -303,6 +305,8 @@ class Board:
             "power": self._power_request(), "workdir": self._abs(self.workdir), "samples": bool(samples),
             "telemetry": telemetry, "lock_clocks": lock_clocks or None,
         }
+        if input_values:
+            request["input_values"] = values_to_json(input_values)
         if early_stop is not None:
             request["early_stop"] = {"percentile": early_stop.percentile,
                                      "max_ci_width_pct": early_stop.max_ci_width_pct}

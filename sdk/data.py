@@ -17,7 +17,8 @@ from .tensors import TensorSpec, check_input_names, format_shape
 
 Feed = Dict[str, np.ndarray]
 
-__all__ = ["Feed", "random_feed", "load_feeds", "iter_feeds", "check_feed", "save_npz"]
+__all__ = ["Feed", "random_feed", "load_feeds", "iter_feeds", "check_feed", "save_npz", "parse_input_values",
+           "with_values", "values_to_json", "values_from_json"]
 
 
 def _rng_array(rng: np.random.Generator, shape: Sequence[int], dtype: np.dtype) -> np.ndarray:
@@ -34,14 +35,105 @@ def random_feed(
     specs: Sequence[TensorSpec],
     shapes: Optional[Mapping[str, Sequence[int]]] = None,
     seed: int = 0,
+    values: Optional[Mapping[str, np.ndarray]] = None,
 ) -> Feed:
     """One feed of seeded random data matching ``specs`` (standard normal for floats, a small
     integer range for ints). ``shapes`` fixes dynamic dims; a dynamic dim left without a value
-    raises :class:`InputError` naming the input."""
+    raises :class:`InputError` naming the input. ``values`` (:func:`parse_input_values`) gives
+    inputs that are not data their value (a sample rate, a state); they are not drawn."""
     shapes = dict(shapes or {})
+    values = dict(values or {})
     check_input_names(shapes, specs)
+    check_input_names(values, specs)
     rng = np.random.default_rng(seed)
-    return {s.name: _rng_array(rng, s.resolve(shapes.get(s.name)), np.dtype(s.dtype)) for s in specs}
+    return {s.name: (values[s.name] if s.name in values else
+                     _rng_array(rng, s.resolve(shapes.get(s.name)), np.dtype(s.dtype))) for s in specs}
+
+
+def with_values(feed: Mapping[str, np.ndarray], values: Optional[Mapping[str, np.ndarray]]) -> Feed:
+    """``feed`` with the ``values`` of inputs that are not data added (a value replaces nothing
+    the data holds: an input both in the data and in ``values`` takes the data's array)."""
+    out = dict(feed)
+    for k, v in (values or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+def _value_array(text: str, spec: TensorSpec, where: str) -> np.ndarray:
+    import json
+
+    dtype = np.dtype(spec.dtype)
+
+    def scalar(x: str) -> Any:
+        x = x.strip()
+        if x.lower() in ("true", "false"):
+            return x.lower() == "true"
+        return float(x) if dtype.kind == "f" or any(c in x for c in ".eE") and not x.startswith("0x") else int(x, 0)
+
+    try:
+        if text.startswith("["):
+            arr = np.asarray(json.loads(text))
+        else:
+            parts = [scalar(x) for x in text.split(",")]
+            arr = np.asarray(parts[0] if len(parts) == 1 else parts)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{where}: '{text}' is not a {spec.dtype} value",
+                         "write a number (sr=16000), a list (1,2,3) or a JSON array ([[1,2],[3,4]])") from exc
+    if arr.dtype.kind == "f" and dtype.kind in "iu" and not np.all(arr == np.round(arr)):
+        raise InputError(f"{where}: '{text}' is not an integer; input '{spec.name}' is {spec.dtype}")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if arr.size and (arr.min() < info.min or arr.max() > info.max):
+            raise InputError(f"{where}: '{text}' does not fit input '{spec.name}' ({spec.dtype})")
+    arr = arr.astype(dtype)
+    rank = len(spec.shape)
+    if arr.ndim < rank and arr.size == 1:
+        arr = arr.reshape((1,) * rank)          # a scalar for a [1] or [1, 1] input
+    elif arr.ndim < rank:
+        arr = arr.reshape((1,) * (rank - arr.ndim) + arr.shape)
+    if arr.ndim != rank or any(isinstance(d, int) and d >= 0 and d != g for d, g in zip(spec.shape, arr.shape)):
+        raise InputError(f"{where}: the value has shape {format_shape(arr.shape)}, input '{spec.name}' "
+                         f"expects {format_shape(spec.shape)}")
+    return arr
+
+
+def parse_input_values(items: Optional[Iterable[str]], specs: Sequence[TensorSpec]) -> Dict[str, np.ndarray]:
+    """``["sr=16000", "mask=1,0,1"]`` -> ``{name: array}`` typed by the model: the input's dtype,
+    reshaped to its rank (``16000`` for a scalar input, ``[[16000]]`` for a ``[1, 1]`` one).
+    Values are numbers, comma lists or JSON arrays; :class:`InputError` names a bad one."""
+    by_name = {s.name: s for s in specs}
+    out: Dict[str, np.ndarray] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name or not text.strip():
+            raise InputError(f"bad --input-value '{item}'", "write NAME=VALUE, e.g. sr=16000")
+        if name not in by_name:
+            raise InputError(f"--input-value: '{name}' is not a model input",
+                             f"model inputs: {', '.join(by_name) or 'none'}")
+        out[name] = _value_array(text.strip(), by_name[name], f"--input-value {name}")
+    return out
+
+
+def values_to_json(values: Optional[Mapping[str, np.ndarray]]) -> Dict[str, Any]:
+    """Input values as JSON for the board agent: ``{name: {dtype, shape, data}}``."""
+    return {k: {"dtype": str(np.asarray(v).dtype), "shape": list(np.asarray(v).shape),
+                "data": np.asarray(v).ravel().tolist()} for k, v in (values or {}).items()}
+
+
+def values_from_json(doc: Any) -> Dict[str, np.ndarray]:
+    """The inverse of :func:`values_to_json`; :class:`InputError` for a malformed entry."""
+    out: Dict[str, np.ndarray] = {}
+    if not doc:
+        return out
+    if not isinstance(doc, Mapping):
+        raise InputError("input_values must map input names to {dtype, shape, data}")
+    for k, v in doc.items():
+        try:
+            out[str(k)] = np.asarray(v["data"], dtype=np.dtype(v["dtype"])).reshape(tuple(v["shape"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"input_values[{k!r}] is not {{dtype, shape, data}}: {exc}") from exc
+    return out
 
 
 def check_feed(feed: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], source: str = "input") -> None:

@@ -120,8 +120,10 @@ class Model:
     def opset(self) -> Optional[int]:
         return self._handler.opset(self)
 
-    def inspect(self) -> ModelInfo:
-        """Inputs, outputs, op histogram, parameter count/bytes, MAC estimate and format facts."""
+    def inspect(self, input_values: Any = None) -> ModelInfo:
+        """Inputs, outputs, op histogram, parameter count/bytes, MAC estimate and format facts.
+        ``input_values`` (``{"sr": 16000}``): count the ``If`` branches those values choose instead
+        of the larger one (``macs_notes`` says which)."""
         info = ModelInfo(
             path=str(self.origin) if self.origin else None,
             format=self.format,
@@ -129,7 +131,20 @@ class Model:
             size_bytes=self.size_bytes,
         )
         info.update(self._handler.inspect(self))
+        if input_values:
+            from .targets.measure import as_values
+
+            info.update(self._handler.mac_count(self, as_values(input_values, self.inputs)))
         return info
+
+    def control_inputs(self) -> List[Dict[str, Any]]:
+        """The inputs whose values choose an ``If`` branch or bound/end a ``Loop``:
+        ``[{"input", "role", "node", "kind"}]`` (``kind`` ``"value"``: a small integer input a random
+        value must not stand for; ``"data"``: data whose content steers a loop). Empty for formats
+        without control flow analysis."""
+        if "control" not in self._cache:
+            self._cache["control"] = self._handler.control_inputs(self)
+        return list(self._cache["control"])
 
     def simplify(self) -> "Model":
         return self._handler.simplify(self)

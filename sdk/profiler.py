@@ -38,6 +38,8 @@ class ProfileConfig:
     target: Optional[str] = None
     target_options: Dict[str, Any] = field(default_factory=dict)
     input_shapes: Dict[str, Sequence[int]] = field(default_factory=dict)
+    #: Values of inputs that are not data: ``{name: array}`` or ``["NAME=VALUE"]`` strings.
+    input_values: Any = None
     runs: int = 20
     warmup: int = 3
     seed: int = 0
@@ -70,11 +72,16 @@ def _local_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
     from .formats import default_target
     from .hostinfo import host_info
     from .targets import get_target
+    from .targets.measure import as_values, require_control_values
 
     tgt = get_target(cfg.target or default_target(model), **dict(cfg.target_options))
+    type(tgt).check_precision(cfg.precision, model)   # a precision it cannot honour: exit 2
     artifact = tgt.prepare(model)
     with tgt.open(artifact) as session:
-        feed = random_feed(session.inputs, session.input_shapes(cfg.input_shapes or None), seed=cfg.seed)
+        values = as_values(cfg.input_values, session.inputs)
+        require_control_values(model, values, "sdk profile")
+        feed = random_feed(session.inputs, session.input_shapes_or_none(cfg.input_shapes or None, values),
+                           seed=cfg.seed, values=values)
         doc = session.profile(feed, runs=cfg.runs, warmup=cfg.warmup).to_dict()
         doc["inputs"] = [dict(s.to_dict(), shape=list(feed[s.name].shape)) for s in session.inputs]
     describe = tgt.describe()
@@ -84,16 +91,24 @@ def _local_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
 
 
 def _board_profile(model: Any, cfg: ProfileConfig) -> Dict[str, Any]:
+    from .data import values_to_json
     from .remote import Board
+    from .targets.measure import as_values, require_control_values
 
+    values = as_values(cfg.input_values, model.inputs)
+    require_control_values(model, values, "sdk profile")
     with Board(cfg.board) as board:
         prof = board.profile
         pushed = board.push(model.path)
         target = board._pick_target(pushed, cfg.target)     # the profile's first target that runs this format
+        from .targets import target_class
+
+        target_class(target).check_precision(cfg.precision, model)   # one it cannot honour: exit 2
         request = {"model_path": board._abs(pushed.remote_path), "target": target,
                    "target_options": prof.runtime.target_options(target, cfg.target_options),
                    "precision": cfg.precision or prof.runtime.precision,
                    "input_shapes": {k: list(v) for k, v in cfg.input_shapes.items()},
+                   "input_values": values_to_json(values),
                    "runs": cfg.runs, "warmup": cfg.warmup, "seed": cfg.seed,
                    "workdir": board._abs(board.workdir), "sysfs_root": prof.power.sysfs_root}
         doc = board.agent("profile", request, timeout_s=900.0)

@@ -22,7 +22,8 @@ from .errors import InputError
 __all__ = ["Hardware", "NodeCost", "GraphCosts", "graph_costs", "roofline_layers", "precision_key",
            "estimate_host_hardware", "estimate_layers"]
 
-_MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+# the ops whose cost is their multiply-accumulates, control flow and recurrent layers included
+_MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN", "If", "Loop", "Scan")
 _ITEMSIZE = {"float": 4, "float32": 4, "float16": 2, "half": 2, "bfloat16": 2, "double": 8, "float64": 8,
              "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
              "bool": 1}
@@ -103,8 +104,12 @@ def _inferred(model: Any, shapes_given: Mapping[str, Sequence[int]]) -> Any:
     """The model's graph with shapes inferred for ``shapes_given`` (strict; lenient on failure)."""
     import onnx
 
+    from .formats.onnx_macs import symbolic_shapes
+
     try:
-        return model.with_input_shapes(shapes_given).proto.graph
+        fixed = model.with_input_shapes(shapes_given).proto
+        symbolic = symbolic_shapes(fixed)   # the same shapes `sdk inspect` counts MACs with
+        return (symbolic if symbolic is not None else fixed).graph
     except Exception:  # noqa: BLE001 - strict inference failed: fall back to the lenient pass
         return onnx.shape_inference.infer_shapes(model.proto, data_prop=True).graph
 
@@ -135,13 +140,15 @@ def _shapes_and_weights(g: Any, shapes_given: Mapping[str, Sequence[int]]
     return shapes, dtypes, weights
 
 
-def _node_flops(node: Any, shapes: Dict[str, List[Any]]) -> Tuple[Optional[float], Optional[float]]:
-    """``(flops, macs)``: 2 x MACs for Conv/Gemm/MatMul, one per output element otherwise;
-    None when the shapes are not concrete."""
+def _node_flops(node: Any, shapes: Dict[str, List[Any]],
+                scope: Optional[Dict[str, Any]] = None) -> Tuple[Optional[float], Optional[float]]:
+    """``(flops, macs)``: 2 x MACs for Conv/Gemm/MatMul/LSTM/GRU/RNN and for If/Loop (their bodies,
+    counted as ``sdk inspect`` counts them: the larger branch, the body x a static trip count), one
+    per output element otherwise; None when the shapes (or a Loop's trip count) are not known."""
     from .formats.onnx import node_macs
 
     if node.op_type in _MAC_OPS:
-        macs = node_macs(node, shapes)
+        macs = node_macs(node, shapes, scope)
         return (2.0 * macs, float(macs)) if macs is not None else (None, None)
     out_count = _numel(shapes.get(node.output[0])) if node.output else None
     return (float(out_count) if out_count is not None else None), None
@@ -158,13 +165,16 @@ def graph_costs(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] 
         n = _numel(shapes.get(name))
         return float(n * _ITEMSIZE.get(dtypes.get(name, "float32"), 4)) if n is not None else 0.0
 
+    from .formats.onnx_macs import _constants
+
+    scope = _constants(g, {})
     nodes: Dict[str, NodeCost] = {}
     unknown = 0
     for i, node in enumerate(g.node):
         if node.op_type == "Constant":
             continue
         name = node.name or "%s_%d" % (node.op_type, i)
-        flops, macs = _node_flops(node, shapes)
+        flops, macs = _node_flops(node, shapes, scope)
         unknown += flops is None
         nodes[name] = NodeCost(name, node.op_type, float(flops or 0.0),
                                sum(weights[x] for x in node.input if x in weights),

@@ -42,6 +42,7 @@ __all__ = [
     "IMAGE_SUFFIXES",
     "LABEL_KEYS",
     "file_layout",
+    "parse_sample_axes",
 ]
 
 Feed = Dict[str, np.ndarray]
@@ -271,6 +272,61 @@ def _read_npy_header(f: Any, where: str) -> Tuple[Tuple[int, ...], bool, np.dtyp
 STACKED, ROWS, WHOLE = "stacked", "rows", "whole"
 
 
+class _AxisRows:
+    """An array whose samples lie along ``axis`` (not the first): read whole, rows along that axis."""
+
+    def __init__(self, rows: Any, axis: int):
+        arr = rows.whole()
+        if not -arr.ndim <= axis < arr.ndim:
+            raise InputError(f"{rows.where}: sample axis {axis} is outside its {arr.ndim} dims")
+        self.axis = axis % arr.ndim
+        self.where = rows.where
+        self._arr = np.moveaxis(arr, self.axis, 0)
+        self.shape = tuple(self._arr.shape)
+        self.dtype = arr.dtype
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def whole(self) -> np.ndarray:
+        return np.moveaxis(self._arr, 0, self.axis)
+
+    def rows(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield np.ascontiguousarray(self._arr[i:i + 1])
+
+
+def _moved(spec: TensorSpec, axis: int) -> TensorSpec:
+    """``spec`` with its sample ``axis`` first and dynamic (how :class:`_AxisRows` holds it)."""
+    dims = list(spec.shape)
+    rest = [d for j, d in enumerate(dims) if j != axis % max(1, len(dims))]
+    return TensorSpec(spec.name, tuple([None] + rest), spec.dtype)
+
+
+def parse_sample_axes(items: Optional[Iterable[str]], specs: Sequence[TensorSpec]) -> Dict[str, Optional[int]]:
+    """``["state=none", "x=1"]`` -> ``{"state": None, "x": 1}``: which axis of each ``--data`` array
+    holds the samples (``none``: the array is one value used by every sample, such as a rate or
+    the initial state of a carried input). Unnamed inputs keep the default (the first axis, or an
+    extra leading one)."""
+    names = [s.name for s in specs]
+    out: Dict[str, Optional[int]] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name, text = name.strip(), text.strip().lower()
+        if not sep or not name:
+            raise InputError(f"bad --sample-axis '{item}'", "write NAME=AXIS or NAME=none, e.g. state=none")
+        if name not in names:
+            raise InputError(f"--sample-axis: '{name}' is not a model input", f"model inputs: {', '.join(names)}")
+        if text in ("none", "-", ""):
+            out[name] = None
+            continue
+        try:
+            out[name] = int(text)
+        except ValueError:
+            raise InputError(f"bad --sample-axis '{item}'", "the axis is an integer or none") from None
+    return out
+
+
 def _batch_like(spec: TensorSpec) -> bool:
     """The input's first dim is a batch axis a sample of 1 fits: dynamic, or static 1."""
     if not spec.shape:
@@ -289,10 +345,10 @@ def file_layout(shapes: Mapping[str, Sequence[int]], specs: Sequence[TensorSpec]
     """
     by_name = {s.name: s for s in specs}
     ranks = {k: len(by_name[k].shape) for k in shapes if k in by_name}
+    if ranks and all(len(shapes[k]) == r + 1 for k, r in ranks.items()):
+        return STACKED   # also a scalar input (a rate) given as one value per sample
     if not ranks or any(r == 0 for r in ranks.values()):
         return ROWS
-    if all(len(shapes[k]) == r + 1 for k, r in ranks.items()):
-        return STACKED
     if all(len(shapes[k]) == r for k, r in ranks.items()):
         return ROWS if all(_batch_like(by_name[k]) for k in ranks) else WHOLE
     return ROWS  # ranks that fit neither: the feed check names the input
@@ -311,10 +367,17 @@ class ArraySource(Source):
     description = "arrays"
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], specs: Sequence[TensorSpec], check: bool = True,
-                 label_key: Optional[str] = None, limit: Optional[int] = None):
+                 label_key: Optional[str] = None, limit: Optional[int] = None,
+                 values: Optional[Mapping[str, np.ndarray]] = None,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
         super().__init__(specs, check)
         self.path = Path(path)
         self.limit = limit
+        #: inputs that are not in the data: the same value in every sample (``--input-value``)
+        self.values = dict(values or {})
+        #: input -> the axis of its array that holds samples; None: one value for every sample
+        self.sample_axes = dict(sample_axes or {})
+        self.constants: List[Dict[str, np.ndarray]] = []
         if not self.path.exists():
             raise InputError(f"data path '{self.path}' does not exist")
         if self.path.is_dir():
@@ -330,12 +393,34 @@ class ArraySource(Source):
             self.files = [self.path]
         self._label_key = label_key
         self._plans = [self._plan(f) for f in self.files]
+        if any(not rows for rows, _, _ in self._plans):
+            raise InputError(f"data '{self.path}': every input is a value or has no sample axis",
+                             "give at least one input with samples")
         if sum(len(next(iter(rows.values()))) for rows, _, _ in self._plans) == 0:
             raise InputError(f"data '{self.path}' holds no samples (its arrays have 0 rows)",
                              "give at least one sample")
 
-    def _plan(self, f: Path) -> Tuple[Dict[str, _NpyRows], Optional[_NpyRows], str]:
-        names = [s.name for s in self.specs]
+    def _plan(self, f: Path) -> Tuple[Dict[str, Any], Optional[_NpyRows], str]:
+        rows, label, layout = self._plan_file(f)
+        const: Dict[str, np.ndarray] = {}
+        for n in list(rows):
+            if n in self.values:
+                del rows[n]
+            elif n in self.sample_axes and self.sample_axes[n] is None:
+                const[n] = rows.pop(n).whole()
+            elif self.sample_axes.get(n):
+                rows[n] = _AxisRows(rows[n], int(self.sample_axes[n] or 0))
+        self.constants.append(const)
+        if const or self.values or any(self.sample_axes.values()):
+            specs = [_moved(s, rows[s.name].axis) if isinstance(rows[s.name], _AxisRows) else s
+                     for s in self.specs if s.name in rows]
+            layout = file_layout({n: r.shape for n, r in rows.items()}, specs)
+            if layout == WHOLE:
+                label = None
+        return rows, label, layout
+
+    def _plan_file(self, f: Path) -> Tuple[Dict[str, Any], Optional[_NpyRows], str]:
+        names = [s.name for s in self.specs if s.name not in self.values]
         if f.suffix == ".npy":
             if len(names) != 1:
                 raise InputError(f"{f}: a .npy file holds one array, but the model has {len(names)} inputs",
@@ -343,6 +428,7 @@ class ArraySource(Source):
             rows = {names[0]: _NpyRows(f)}
             return rows, None, file_layout({names[0]: rows[names[0]].shape}, self.specs)
         arrays, label = self._npz_arrays(f, names)
+        arrays = {n: k for n, k in arrays.items() if n not in self.values}
         try:
             rows = {n: _NpyRows(f, k) for n, k in arrays.items()}
             lab = _NpyRows(f, label) if label else None
@@ -368,7 +454,7 @@ class ArraySource(Source):
             missing = [n for n in names if n not in keys]
             raise InputError(f"{f}: no array for model input {', '.join(repr(m) for m in missing)}",
                              f"arrays in the file: {', '.join(keys) or 'none'}")
-        extra = [k for k in keys if k not in arrays.values() and k != label]
+        extra = [k for k in keys if k not in arrays.values() and k != label and k not in self.values]
         if extra and all(n in keys for n in names):
             raise InputError(f"{f}: '{extra[0]}' is not a model input", f"model inputs: {', '.join(names)}")
         return arrays, label
@@ -404,13 +490,14 @@ class ArraySource(Source):
 
     def samples(self) -> Iterator[Sample]:
         count = 0
-        for f, (rows, label, layout) in zip(self.files, self._plans):
+        for f, (rows, label, layout), const in zip(self.files, self._plans, self.constants):
             if self.limit is not None and count >= self.limit:
                 return
+            fixed = {**const, **self.values}
             if layout == WHOLE:
                 feed = {n: r.whole() for n, r in rows.items()}
                 count += 1
-                yield self._checked(feed, str(f)), None
+                yield self._checked({**feed, **fixed}, str(f)), None
                 continue
             counts = {len(r) for r in rows.values()} | ({len(label)} if label is not None else set())
             if len(counts) != 1:
@@ -422,7 +509,11 @@ class ArraySource(Source):
                     return
                 feed = {n: next(it) for n, it in iters.items()}
                 if layout == STACKED:
-                    feed = {n: a[0] for n, a in feed.items()}
+                    feed = {n: np.asarray(a[0]) for n, a in feed.items()}  # a 0-d array, not a NumPy scalar
+                else:
+                    feed = {n: (np.moveaxis(a, 0, rows[n].axis) if isinstance(rows[n], _AxisRows) else a)
+                            for n, a in feed.items()}
+                feed.update(fixed)
                 y = next(labels)[0] if labels is not None else None
                 count += 1
                 yield self._checked(feed, f"{f}[{i}]"), y
@@ -451,10 +542,13 @@ class IterableSource(Source):
     description = "iterable"
 
     def __init__(self, iterable: Iterable[Any], specs: Sequence[TensorSpec], check: bool = True,
-                 limit: Optional[int] = None):
+                 limit: Optional[int] = None, values: Optional[Mapping[str, np.ndarray]] = None,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None):
         super().__init__(specs, check)
         self.iterable = iterable
         self.limit = limit
+        self.values = dict(values or {})
+        self.sample_axes = dict(sample_axes or {})
         self._labelled: Optional[bool] = None
 
     def __len__(self) -> int:
@@ -474,29 +568,44 @@ class IterableSource(Source):
                 self._labelled = True
             if not isinstance(item, Mapping):
                 raise InputError(f"sample {i} of the data is a {type(item).__name__}, not a dict of input arrays")
-            for one, y, where in _split_rows(i, item, label):
+            for one, y, where in _split_rows(i, item, label, self.values, self.sample_axes):
                 if self.limit is not None and count >= self.limit:
                     return
                 count += 1
                 yield self._checked(one, where), y
 
 
-def _split_rows(i: int, item: Mapping[str, Any], label: Any) -> Iterator[Tuple[Dict[str, np.ndarray], Any, str]]:
-    """The samples of one feed whose arrays may hold several along axis 0: ``(feed, label, where)``."""
+def _split_rows(i: int, item: Mapping[str, Any], label: Any, values: Optional[Mapping[str, np.ndarray]] = None,
+                sample_axes: Optional[Mapping[str, Optional[int]]] = None,
+                ) -> Iterator[Tuple[Dict[str, np.ndarray], Any, str]]:
+    """The samples of one feed whose arrays may hold several along their sample axis (the first,
+    or the one ``sample_axes`` names; ``None``: no sample axis, the array goes to every sample):
+    ``(feed, label, where)``. ``values`` fill the inputs the feed does not hold."""
+    axes = dict(sample_axes or {})
     feed = {k: np.asarray(v) for k, v in item.items()}
-    n = {len(a) if a.ndim else 1 for a in feed.values()}
-    if len(n) != 1:
-        raise InputError(f"sample {i}: arrays have different batch sizes {sorted(n)}")
-    rows = n.pop()
+    fixed = {k: a for k, a in feed.items() if k in axes and axes[k] is None or a.ndim == 0}
+    for k, v in (values or {}).items():
+        if k not in feed:
+            fixed[k] = np.asarray(v)
+    split = {k: a for k, a in feed.items() if k not in fixed}
+    n = {a.shape[axes.get(k) or 0] for k, a in split.items()}
+    if len(n) > 1:
+        detail = ", ".join(f"{k}: {a.shape[axes.get(k) or 0]}" for k, a in split.items())
+        raise InputError(f"sample {i}: arrays have different batch sizes {sorted(n)} ({detail})",
+                         "declare the inputs without a sample axis (a state, a rate): sample_axes={NAME: None}")
+    rows = n.pop() if n else 1
     labels = np.asarray(label) if label is not None else None
     for r in range(rows):
-        one = {k: (a[r:r + 1] if rows > 1 else a) for k, a in feed.items()}
+        one = {k: (np.take(a, [r], axis=axes.get(k) or 0) if rows > 1 else a) for k, a in split.items()}
+        one.update(fixed)
         y = None if labels is None else (labels[r] if labels.ndim and len(labels) == rows and rows > 1 else labels)
         yield one, y, f"sample {i}" + (f"[{r}]" if rows > 1 else "")
 
 
 def open_source(data: Any, specs: Sequence[TensorSpec], preprocess: Any = None, *, check: bool = True,
-                label_key: Optional[str] = None, limit: Optional[int] = None) -> Source:
+                label_key: Optional[str] = None, limit: Optional[int] = None,
+                values: Optional[Mapping[str, np.ndarray]] = None,
+                sample_axes: Optional[Mapping[str, Optional[int]]] = None) -> Source:
     """The right :class:`Source` for ``data``: a :class:`Source` (returned as is), a path to an image
     folder (needs ``preprocess``, a :class:`~sdk.preprocess.PreprocessSpec`; when None, the size comes
     from a static NCHW/NHWC model input), a ``.npy``/``.npz`` file or folder, or a Python iterable."""
@@ -514,19 +623,21 @@ def open_source(data: Any, specs: Sequence[TensorSpec], preprocess: Any = None, 
             if not entries:
                 raise InputError(f"data folder '{p}' is empty")
             if any(e.suffix in (".npy", ".npz") for e in entries):
-                return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)
+                return ArraySource(p, specs, check=check, label_key=label_key, limit=limit, values=values,
+                                   sample_axes=sample_axes)
             _image_files(p)  # a folder of neither arrays nor images: say so before asking for a spec
             spec = preprocess if preprocess is not None else default_preprocess(specs)
             return ImageFolderSource(p, spec, specs, check=check, limit=limit)
-        return ArraySource(p, specs, check=check, label_key=label_key, limit=limit)
+        return ArraySource(p, specs, check=check, label_key=label_key, limit=limit, values=values,
+                                   sample_axes=sample_axes)
     if isinstance(data, Mapping):
-        return IterableSource([data], specs, check=check, limit=limit)
+        return IterableSource([data], specs, check=check, limit=limit, values=values, sample_axes=sample_axes)
     try:
         iter(data)
     except TypeError as exc:
         raise InputError(f"cannot use a {type(data).__name__} as data",
                          "give a path, or an iterable of {input_name: array}") from exc
-    return IterableSource(data, specs, check=check, limit=limit)
+    return IterableSource(data, specs, check=check, limit=limit, values=values, sample_axes=sample_axes)
 
 
 def default_preprocess(specs: Sequence[TensorSpec]) -> Any:

@@ -89,6 +89,15 @@ class Session:
         known = {**self.default_shapes, **dict(shapes or {})}
         return {s.name: s.resolve(known.get(s.name)) for s in self.inputs}
 
+    def input_shapes_or_none(self, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                             values: Optional[Mapping[str, Any]] = None) -> Dict[str, Tuple[int, ...]]:
+        """:meth:`input_shapes`, where an input given a value takes the value's shape."""
+        import numpy as np
+
+        given = {k: tuple(np.asarray(v).shape) for k, v in (values or {}).items()}
+        merged = {**dict(shapes or {}), **given}
+        return self.input_shapes(merged or None)
+
     def __enter__(self) -> "Session":
         return self
 
@@ -185,8 +194,15 @@ class Session:
             check_feed(feeds, self.inputs)
         except InputError as bad:
             return bad
-        first = first_line(exc)
+        first = strip_ansi(first_line(exc))
+        why = self._diagnose(feeds, str(exc))
+        if why:
+            return InputError(f"{self.target_name} cannot run these inputs: {why}", f"the runtime said: {first[:200]}")
         return InferenceError(f"{self.target_name} failed to run: {first}")
+
+    def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        """A backend's explanation of a failure from the model's own shapes (None: none)."""
+        return None
 
 
 class Target:
@@ -204,6 +220,28 @@ class Target:
     default_options: ClassVar[Dict[str, Any]] = {}
     #: What to pip install for this target (shown when unavailable).
     install_hint: ClassVar[str] = ""
+    #: Precisions this target builds a model in (a ``precision`` option); empty: it runs the model
+    #: as stored, so a model's precision comes from the model (quantize it first).
+    precisions: ClassVar[Tuple[str, ...]] = ()
+
+    @classmethod
+    def check_precision(cls, precision: Optional[str], model: Any = None) -> None:
+        """:class:`InputError` when ``precision`` is one this target cannot honour: not among
+        :attr:`precisions`, or, for a target that runs models as stored, not the model's own."""
+        if not precision:
+            return
+        if cls.precisions:
+            if precision not in cls.precisions:
+                raise InputError(f"target '{cls.name}' cannot build {precision}",
+                                 f"it supports: {', '.join(cls.precisions)}")
+            return
+        stored = stored_precision(model) if model is not None else None
+        if precision != stored:
+            raise InputError(
+                f"target '{cls.name}' runs a model in the precision it is stored in"
+                + (f" ({stored})" if stored else "") + f", not {precision}",
+                f"leave out --precision, or quantize the model first: sdk quantize MODEL --calib DATA "
+                f"--target {cls.name}" if precision == "int8" else "leave out --precision")
 
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(self.default_options))
@@ -283,6 +321,34 @@ class Target:
 
     def __repr__(self) -> str:
         return f"<Target {self.name} {self.options}>"
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape sequences (a runtime's coloured log text)."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", text)
+
+
+def stored_precision(model: Any) -> Optional[str]:
+    """The precision a model is stored in: ``int8`` for a quantized model (Q/DQ or integer
+    operators, an int8/uint8 TFLite), ``fp16`` when its float weights are all float16, else
+    ``fp32``; None when it cannot be told."""
+    from ..model import Model
+
+    try:
+        m = model if isinstance(model, Model) else Model.load(model)
+        if m.format == "onnx":
+            ops = {n.op_type for n in m.proto.graph.node}
+            if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                      "ConvInteger", "DynamicQuantizeLinear"}:
+                return "int8"
+            floats = [i.data_type for i in m.proto.graph.initializer if i.data_type in (1, 10)]
+            return "fp16" if floats and all(t == 10 for t in floats) else "fp32"
+        dtypes = {str(s.dtype) for s in m.inputs}
+        return "int8" if dtypes & {"int8", "uint8"} else ("fp16" if dtypes == {"float16"} else "fp32")
+    except Exception:  # noqa: BLE001 - unreadable: the caller's own checks name the problem
+        return None
 
 
 def _jsonable(obj: Any) -> Any:

@@ -183,9 +183,9 @@ def parse_ort_trace(events: Sequence[Mapping[str, Any]], skip_runs: int = 0) -> 
     per_run = [0.0] * len(kept)
     acc: Dict[str, LayerTime] = {}
     order: List[str] = []
-    for e in events:
-        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
-            continue
+    nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    body_us = _body_time_us(nodes)
+    for e in nodes:
         ts = float(e.get("ts", 0))
         run_index = next((k for k, (a, b) in enumerate(kept) if a <= ts <= b), None)
         if ts < begin or run_index is None:
@@ -201,14 +201,44 @@ def parse_ort_trace(events: Sequence[Mapping[str, Any]], skip_runs: int = 0) -> 
                                           provider=args.get("provider"), calls=0.0, input_shapes=ins,
                                           output_shapes=outs, input_dtypes=in_dt, output_dtypes=out_dt)
             order.append(name)
-        layer.time_ms += float(e.get("dur", 0)) / 1e3
+        inner = body_us.get(id(e), 0.0)
+        own = max(0.0, float(e.get("dur", 0)) - inner)   # a Loop/If event spans its body's events
+        if id(e) in body_us:
+            layer.extra["body_ms"] = float(layer.extra.get("body_ms", 0.0)) + inner / 1e3
+            layer.extra["time"] = "own time only: the body's nodes are listed as their own layers"
+        layer.time_ms += own / 1e3
         layer.calls += 1
-        per_run[run_index] += float(e.get("dur", 0)) / 1e3
+        per_run[run_index] += own / 1e3
     n = len(kept)
     for layer in acc.values():
         layer.time_ms /= n
         layer.calls /= n
+        if "body_ms" in layer.extra:
+            layer.extra["body_ms"] = float(layer.extra["body_ms"]) / n
     return OrtTrace([acc[k] for k in order], n, [(b - a) / 1e3 for a, b in kept], per_run)
+
+
+_CONTROL_OPS = ("If", "Loop", "Scan")
+
+
+def _body_time_us(nodes: Sequence[Mapping[str, Any]]) -> Dict[int, float]:
+    """For each control-flow node event (If/Loop/Scan), the summed duration (us) of the node
+    events directly inside its time span (its body's nodes, which the trace lists too): id -> us."""
+    spans = sorted(((float(e.get("ts", 0)), float(e.get("ts", 0)) + float(e.get("dur", 0)), e) for e in nodes),
+                   key=lambda t: (t[0], -t[1]))
+    out: Dict[int, float] = {}
+    stack: List[Tuple[float, float, Any]] = []
+    for a, b, e in spans:
+        while stack and not (stack[-1][0] <= a and b <= stack[-1][1]):
+            stack.pop()
+        if stack:  # directly inside the innermost enclosing control-flow event
+            parent = stack[-1][2]
+            out[id(parent)] = out.get(id(parent), 0.0) + (b - a)
+        op = str((e.get("args") or {}).get("op_name") or "")
+        if op in _CONTROL_OPS:
+            out.setdefault(id(e), 0.0)
+            stack.append((a, b, e))
+    return out
 
 
 def load_trace(path: str) -> List[Dict[str, Any]]:

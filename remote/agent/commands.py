@@ -108,6 +108,13 @@ def _target(request: Mapping[str, Any], model: Any = None) -> Tuple[Any, Dict[st
     return cls(**options), record
 
 
+def _values(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """The request's ``input_values`` (``{name: {dtype, shape, data}}``) as arrays."""
+    from ...data import values_from_json
+
+    return values_from_json(request.get("input_values"))
+
+
 def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
     from ...tensors import parse_input_shapes
 
@@ -124,7 +131,7 @@ def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
 
 
 # -- bench -----------------------------------------------------------------------------------------------
-_BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "data_path", "runs",
+_BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "input_values", "data_path", "runs",
                "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power", "samples",
                "max_samples", "early_stop", "telemetry", "lock_clocks")
 
@@ -178,6 +185,7 @@ def _measure(session: Any, sampler: Any, idle_s: float, shapes: Any, data: Any, 
             idle_window = (begin, time.monotonic())
         max_seconds = request.get("max_seconds")
         run = benchmark_session(session, input_shapes=shapes, data=data, warmup=int(request.get("warmup", 10)),
+                                input_values=_values(request),
                                 runs=int(request.get("runs", 100)), min_seconds=float(request.get("min_seconds", 1.0)),
                                 max_seconds=float(max_seconds) if max_seconds else None,
                                 seed=int(request.get("seed", 0)), early_stop=early_stop)
@@ -247,7 +255,7 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
             run, idle_window = _measure(session, sampler, idle_s, shapes, data, request, early_stop)
         finally:
             run_ctx.stop_telemetry()
-        inputs = describe_inputs(session, shapes, data)
+        inputs = describe_inputs(session, shapes, data, _values(request))
     device["temperatures_after_c"] = temperatures(root)
     with_samples = bool(request.get("samples"))
     power, energy = _power_figures(power_req, sampler, tried, run, idle_window, with_samples)

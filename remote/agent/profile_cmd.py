@@ -12,14 +12,14 @@ from typing import Any, Dict, Mapping
 
 __all__ = ["profile"]
 
-PROFILE_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "runs", "warmup", "seed",
+PROFILE_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "input_values", "runs", "warmup", "seed",
                 "workdir", "sysfs_root")
 
 
 def profile(request: Mapping[str, Any]) -> Dict[str, Any]:
     from ...data import random_feed
     from ...errors import InputError
-    from .commands import _check_keys, _model, _need_numpy, _shapes, _target
+    from .commands import _check_keys, _model, _need_numpy, _shapes, _target, _values
     from .facts import clocks_locked, power_mode, temperatures
 
     _check_keys(request, "profile", PROFILE_KEYS, ("model_path",))
@@ -34,7 +34,9 @@ def profile(request: Mapping[str, Any]) -> Dict[str, Any]:
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     device: Dict[str, Any] = {"clocks": clocks_locked(root), "power_mode": power_mode(root)}
     with tgt.open(artifact) as session:
-        feed = random_feed(session.inputs, session.input_shapes(shapes), seed=int(request.get("seed", 0)))
+        values = _values(request)
+        feed = random_feed(session.inputs, session.input_shapes_or_none(shapes, values),
+                           seed=int(request.get("seed", 0)), values=values)
         device["temperatures_before_c"] = temperatures(root)
         result = session.profile(feed, runs=runs, warmup=warmup).to_dict()
         inputs = [dict(s.to_dict(), shape=list(feed[s.name].shape)) for s in session.inputs]

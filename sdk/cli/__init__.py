@@ -8,6 +8,7 @@ third-party log lines) instead. Ctrl-C stops the board jobs and exits 130.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, List, Optional
 
@@ -159,6 +160,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+        os.environ["EDGESDK_RUNTIME_LOG"] = "1"   # the runtimes' own logs too (quiet otherwise)
     previous = _install_sigint()
     try:
         code = _run(argv, debug)
@@ -191,6 +193,9 @@ def _run(argv: List[str], debug: bool) -> int:
 
         cmd = typer.main.get_command(build_app())
         _plain_metavars(cmd)
+        from ._layout import flatten_help
+
+        flatten_help(cmd)   # help paragraphs wrap at the terminal width, not mid-sentence
         rv = cmd.main(args=argv, prog_name="sdk", standalone_mode=False)
         if rv == 130:                  # typer turns KeyboardInterrupt into Exit(130)
             raise KeyboardInterrupt

@@ -13,23 +13,25 @@ _consoles: Dict[str, Any] = {}
 
 def console() -> Any:
     if "out" not in _consoles:
-        from rich.console import Console
+        from ._layout import FittingConsole  # tables that fit 80 columns and a pipe
 
-        _consoles["out"] = Console(highlight=False)
+        _consoles["out"] = FittingConsole(highlight=False)
     return _consoles["out"]
 
 
 def err_console() -> Any:
     if "err" not in _consoles:
-        from rich.console import Console
+        from ._layout import FittingConsole
 
-        _consoles["err"] = Console(stderr=True, highlight=False)
+        _consoles["err"] = FittingConsole(stderr=True, highlight=False)
     return _consoles["err"]
 
 
 def error_line(exc: BaseException) -> None:
     """Print ``error: <message> (<hint>)`` as one line on stderr, no markup interpretation."""
-    text = str(exc).replace("\n", " ").strip()
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", str(exc)).replace("\n", " ").strip()  # no raw escapes
     sys.stderr.write(f"error: {text}\n")
     sys.stderr.flush()
 

@@ -19,6 +19,15 @@ def bench_cmd(
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640, or an engine profile "
                                     "NAME=MIN:OPT:MAX (targets that build engines; runs use OPT). Repeatable."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
+                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
+    sample_axis: Optional[List[str]] = typer.Option(
+        None, "--sample-axis", help="Which axis of a --data array holds the samples: NAME=AXIS, or NAME=none "
+                                    "for one value every sample uses (an initial state). Repeatable."),
+    carry: Optional[List[str]] = typer.Option(
+        None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT (stateN=state), "
+                              "as a streaming model runs. Repeatable."),
     runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs before measuring."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),
@@ -55,6 +64,7 @@ def bench_cmd(
     from ..bench import EarlyStop
     from ..errors import InputError
     from ..targets import benchmark
+    from ..targets.measure import parse_carry
     from ..tensors import parse_shape_profiles
     from ._common import check_output, write_json
 
@@ -87,13 +97,18 @@ def bench_cmd(
         return
     early = EarlyStop(early_stop, max_ci_width) if early_stop is not None else None
     feeds: Any = data
-    if data is not None and preprocess:
+    if data is not None and (preprocess or sample_axis):
         from ..model import Model
-        from ..sources import open_source, parse_preprocess
+        from ..sources import open_source, parse_preprocess, parse_sample_axes
+        from ..targets.measure import as_values
 
-        feeds = open_source(data, Model.load(model).inputs, parse_preprocess(preprocess))
+        specs = Model.load(model).inputs
+        feeds = open_source(data, specs, parse_preprocess(preprocess) if preprocess else None,
+                            values=as_values(list(input_value or []), specs),
+                            sample_axes=parse_sample_axes(sample_axis, specs))
     result = benchmark(model, target, target_options=opts, input_shapes=shapes, data=feeds, warmup=warmup,
-                       runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early)
+                       runs=runs, min_seconds=min_seconds, max_seconds=max_seconds, seed=seed, early_stop=early,
+                       input_values=list(input_value or []), carry=parse_carry(carry))
     if json_path == "-":
         write_json("-", result.to_dict(samples=samples))
         return
@@ -134,6 +149,8 @@ def _print_bench(result: Any, json_path: Optional[str], samples: bool) -> None:
     c.print(latency_table(f"{Path(str(result.model['path'])).name} latency", [(result.target, result)]))
     c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
             f"{result.target} {result.runtime_version or ''}".rstrip())
+    for note in (result.settings or {}).get("notes") or []:
+        c.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for line in noise_lines(result.target, result):
         c.print(line, markup=False, highlight=False, soft_wrap=True)
     if json_path:

@@ -16,6 +16,9 @@ def inspect_cmd(
                                             help="Write the result JSON here ('-' for stdout, no tables)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Fix a dynamic input before counting MACs: NAME=1x3x640x640 (repeatable)."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that chooses an If branch (sr=16000): count that "
+                                    "branch instead of the larger one. Repeatable."),
 ) -> None:
     """Show a model's inputs, outputs, ops, parameters and MACs."""
     from ..model import Model
@@ -25,7 +28,7 @@ def inspect_cmd(
     m = Model.load(model)
     if input_shape:
         m = m.with_input_shapes(parse_input_shapes(input_shape))
-    info = m.inspect()
+    info = m.inspect(input_values=list(input_value or []) or None)
     if json_path == "-":
         write_json("-", info)
         return
@@ -69,9 +72,24 @@ def _print_facts(c: Any, info: Any) -> None:
         c.print(f"  ({info['params_in_constants']:,} of the params are held in Constant nodes)")
     unknown = info.get("macs_unknown_nodes") or 0
     macs = info.get("macs")
+    notes = info.get("macs_notes") or []
     if macs is None and unknown:
         c.print(f"  macs: unknown: {unknown} node(s) have dynamic or unknown shapes (fix them with --input-shape)")
+    elif macs is None and notes:
+        c.print("  macs: unknown: nothing outside the control flow was counted")
     elif macs is not None:
-        partial = f" (partial: {unknown} node(s) with dynamic or unknown shapes not counted; use --input-shape)" \
-            if unknown else ""
-        c.print(f"  macs: {macs:,}{partial}")
+        why = []
+        if unknown:
+            dynamic = any(not all(isinstance(d, int) and d >= 0 for d in i["shape"]) for i in info["inputs"])
+            why.append(f"{unknown} node(s) whose shapes could not be derived not counted"
+                       + ("; use --input-shape" if dynamic else ""))
+        if info.get("macs_partial") and not unknown:
+            why.append("control flow not counted, see below")
+        c.print(f"  macs: {macs:,}" + (f" (partial: {'; '.join(why)})" if why else ""), markup=False)
+    for note in notes:
+        c.print(f"    {note}", markup=False, soft_wrap=True)
+    for ctl in info.get("control_inputs") or []:
+        hint = f" (give it: --input-value {ctl['input']}=VALUE)" if ctl.get("kind") == "value" else \
+            " (random data may run another path than real data)"
+        c.print(f"  control flow: input '{ctl['input']}' {ctl['role']} {ctl['node']}{hint}", markup=False,
+                soft_wrap=True)

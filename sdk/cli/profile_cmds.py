@@ -17,6 +17,9 @@ def profile_cmd(
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Profile on this board, through its agent."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x640x640 for a dynamic "
                                                                                 "input (repeatable)."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
+                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
     runs: int = typer.Option(20, "--runs", min=1, help="Profiled runs (after warm-up)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Warm-up runs, not profiled."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Runtime threads."),
@@ -42,7 +45,7 @@ def profile_cmd(
         opts["providers"] = [p for item in provider for p in item.split(",") if p]
     cfg = ProfileConfig(target=target, target_options=opts, input_shapes=dict(parse_input_shapes(input_shape or [])),
                         runs=runs, warmup=warmup, board=board, roofline=roofline, estimate_only=estimate,
-                        precision=precision)
+                        precision=precision, input_values=list(input_value or []))
     doc = profile_model(model, cfg)
     if json_path == "-":
         write_json("-", doc)

@@ -23,6 +23,12 @@ def quantize_cmd(
         None, "--preprocess", help="Image preprocessing: spec.toml and/or key=value (size=224x224, mean=..., layout=NHWC)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable)."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
+                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
+    sample_axis: Optional[List[str]] = typer.Option(
+        None, "--sample-axis", help="Which axis of a --calib array holds the samples: NAME=AXIS, or NAME=none "
+                                    "for one value every sample uses (an initial state). Repeatable."),
     eval_data: Optional[str] = typer.Option(
         None, "--eval", help="Held-out data for the accuracy report (.npz with 'y' labels, or see --labels)."),
     labels: Optional[str] = typer.Option(None, "--labels", help=".npy of class ids for the --eval samples."),
@@ -88,6 +94,7 @@ def quantize_cmd(
     progress_cb, finish = _progress(err_console())
     cfg = QuantizeConfig(
         scheme=target, method=method, method_params=params, preprocess=spec, input_shapes=shapes or None,
+        input_values=list(input_value or []), sample_axes=_sample_axes(model, sample_axis),
         eval_data=eval_data, labels=labels, max_drop=max_drop, min_cosine=min_cosine, budget=not no_budget,
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
@@ -111,6 +118,12 @@ def quantize_cmd(
         err_console().print(f"error: {f}", markup=False, highlight=False)
     if result.failures:
         raise typer.Exit(1)
+
+
+def _sample_axes(model: str, items: Optional[List[str]]) -> Any:
+    from .validate_cmds import _sample_axes as parse
+
+    return parse(model, items)
 
 
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:

@@ -220,7 +220,35 @@ def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
 MAX_INPUT_BYTES = 16 * 1024 ** 3    # one input tensor larger than this is a typo, not a model input
 
 
-def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str]) -> None:
+def _check_precision(model: str, precision: Optional[str], target: Optional[str], profiles: List[Any]) -> None:
+    """A ``--precision`` the target (``--target``, else each board's pick for this format) cannot
+    honour is bad input (exit 2), not a run of the stored precision that says so only in the JSON."""
+    if not precision:
+        return
+    from ..errors import EdgeSDKError
+    from ..formats import default_target
+    from ..model import Model
+    from ..targets import target_class
+
+    m = Model.load(model)
+    names = {target} if target else set()
+    if not target:
+        for prof in profiles:
+            picked = None
+            for name in getattr(getattr(prof, "runtime", None), "targets", ()) or ():
+                try:
+                    if m.format in getattr(target_class(name), "model_formats", ("onnx",)):
+                        picked = name
+                        break
+                except EdgeSDKError:
+                    continue
+            names.add(picked or default_target(m))
+    for name in sorted(names):
+        target_class(name).check_precision(precision, m)
+
+
+def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str],
+              input_value: Optional[List[str]] = None) -> Dict[str, Any]:
     """What the boards would refuse, found here first: a file that is no model, an unknown target
     or one that cannot open this format, input shapes that do not fit the model (names, rank,
     fixed dims, a dynamic dim without a value) or that no board could hold."""
@@ -238,13 +266,20 @@ def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str]) -> None
         if m.format not in formats:
             raise InputError(f"target '{target}' runs {'/'.join(formats)} models, not {m.format}",
                              "pick a target with --target (see `sdk targets`), or leave it out")
+    from ..targets.measure import as_values, require_control_values
+
     check_input_names(shapes, m.inputs)
+    values = as_values(list(input_value or []), m.inputs)
+    require_control_values(m, values, "sdk push")
     for spec in m.inputs:
+        if spec.name in values:
+            continue
         shape = spec.resolve(shapes.get(spec.name))
         itemsize = np.dtype(getattr(spec, "dtype", "float32") or "float32").itemsize
         if any(d <= 0 for d in shape) or int(np.prod(shape, dtype=object)) * itemsize > MAX_INPUT_BYTES:
             raise InputError(f"input '{spec.name}' of shape {'x'.join(map(str, shape))} is empty or larger than "
                              f"{MAX_INPUT_BYTES // 1024 ** 3} GiB", "give the shape of one batch, e.g. 1x3x224x224")
+    return values
 
 
 def push_cmd(
@@ -258,6 +293,9 @@ def push_cmd(
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs."),
     idle_seconds: float = typer.Option(1.0, "--idle-seconds", min=0.0, help="Idle power window before the run (s)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x224x224 for dynamic inputs (repeatable)."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
+                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
     json_path: Optional[str] = typer.Option(
         None, "--json", help="Write the results here ('-' for stdout): a list, one per board; with --inventory "
@@ -288,7 +326,8 @@ def push_cmd(
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
-    _precheck(model, shapes, target)                    # bad input is exit 2, before any board work
+    values = _precheck(model, shapes, target, input_value)  # bad input is exit 2, before any board work
+    _check_precision(model, precision, target, profiles)
     uploads = _Uploads()
 
     def job(b: Any) -> Any:
@@ -296,7 +335,7 @@ def push_cmd(
         lock = ({"power_mode": power_mode} if power_mode is not None else True) if lock_clocks else None
         return b.benchmark(model, target=target, precision=precision, runs=runs, min_seconds=min_seconds,
                            warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts,
-                           lock_clocks=lock, samples=bool(report))
+                           lock_clocks=lock, samples=bool(report), input_values=values)
 
     if inventory:
         stream = FleetStream(json_path, PUSH_COLUMNS, _push_row, _push_doc)

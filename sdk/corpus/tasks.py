@@ -423,3 +423,5 @@ def run_reference(model_path: str, feeds: Sequence[Feed]) -> List[List[np.ndarra
     sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
     return [sess.run(None, f) for f in feeds]
 
+
+from . import sequence_tasks as _sequence_tasks  # noqa: E402,F401 - registers the audio and table tasks

@@ -60,6 +60,13 @@ class ModelFormat:
     def inspect(self, model: "Model") -> Dict[str, Any]:
         raise UnsupportedModelError(f"inspecting {self.name} models is not supported")
 
+    def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
+        return []
+
+    def mac_count(self, model: "Model", values: Mapping[str, Any]) -> Dict[str, Any]:
+        """The ``macs*`` fields of :meth:`inspect` for the given input values (none: no change)."""
+        return {}
+
     def simplify(self, model: "Model") -> "Model":
         raise UnsupportedModelError(f"simplify() works on ONNX models, not {self.name}")
 

@@ -121,7 +121,7 @@ class OnnxFormat(ModelFormat):
         ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in iter_nodes(g))
         params, param_bytes = _initializer_params(g)
         const_params, const_bytes = constant_params(g)
-        macs, unknown = estimate_macs(proto)
+        count = count_macs(proto)
         return {
             "inputs": [s.to_dict() for s in self.inputs(model)],
             "outputs": [s.to_dict() for s in self.outputs(model)],
@@ -134,10 +134,24 @@ class OnnxFormat(ModelFormat):
             "params": int(params + const_params),
             "param_bytes": int(param_bytes + const_bytes),
             "params_in_constants": int(const_params),
-            "macs": macs,
-            "macs_unknown_nodes": unknown,
-            "macs_partial": bool(unknown),
+            "macs": count.macs,
+            "macs_unknown_nodes": count.unknown_nodes,
+            "macs_partial": count.partial,
+            "macs_notes": count.uncounted + count.notes,
+            "control_inputs": self.control_inputs(model),
         }
+
+    def mac_count(self, model: "Model", values: Mapping[str, Any]) -> Dict[str, Any]:
+        from .onnx_macs import count_macs_for
+
+        c = count_macs_for(model.proto, dict(values))
+        return {"macs": c.macs, "macs_unknown_nodes": c.unknown_nodes, "macs_partial": c.partial,
+                "macs_notes": c.uncounted + c.notes}
+
+    def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
+        from .onnx_control import control_inputs
+
+        return control_inputs(model.proto, {s.name: s for s in self.inputs(model)})
 
     # -- transforms -------------------------------------------------------------------------------------
     def simplify(self, model: "Model") -> "Model":
@@ -258,92 +272,21 @@ def constant_params(graph: Any) -> "tuple[int, int]":
 
 
 # -- MACs ------------------------------------------------------------------------------------------------
+from .onnx_macs import MAC_OPS as _MAC_OPS  # noqa: E402,F401 - re-exported for the roofline
+from .onnx_macs import count_macs as count_macs  # noqa: E402
+from .onnx_macs import node_macs as node_macs  # noqa: E402
+
+
 def _static_shape(shapes: Dict[str, List[Any]], name: str, rank: Optional[int] = None,
                   min_rank: int = 1) -> Optional[List[int]]:
     """The shape of ``name`` when every dim is known and its rank fits, else None."""
-    s = shapes.get(name)
-    if s is None or any(not isinstance(d, int) or d < 0 for d in s):
-        return None
-    if (rank is not None and len(s) != rank) or len(s) < min_rank:
-        return None
-    return s
+    from .onnx_macs import _static
 
-
-_MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-
-
-def _known_shapes(g: Any) -> Dict[str, List[Any]]:
-    shapes: Dict[str, List[Any]] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape"):  # no shape field: rank unknown, nothing to count with
-            shapes[vi.name] = list(_value_info_spec(vi).shape)
-    for init in g.initializer:
-        shapes[init.name] = list(init.dims)
-    for node in g.node:
-        if node.op_type == "Constant" and node.output:
-            for attr in node.attribute:
-                if attr.name == "value" and attr.HasField("t"):
-                    shapes[node.output[0]] = list(attr.t.dims)
-    return shapes
+    return _static(shapes, name, rank, min_rank)
 
 
 def estimate_macs(proto: Any) -> "tuple[Optional[int], int]":
-    """Multiply-accumulates of Conv, ConvTranspose, Gemm and MatMul from inferred shapes.
-
-    Returns ``(macs, unknown)``: ``unknown`` counts such nodes whose shapes are not concrete
-    (dynamic dims, unknown rank, shapes inference could not derive); ``macs`` sums the rest and is
-    None when none could be counted. Never raises: an estimate with ``unknown > 0`` is partial.
-    """
-    onnx = _onnx()
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception:  # inference failing is not fatal for an estimate
-        inferred = proto
-    g = inferred.graph
-    shapes = _known_shapes(g)
-    total, counted, unknown = 0, 0, 0
-    for node in g.node:
-        if node.op_type not in _MAC_OPS or node.domain not in ("", "ai.onnx"):
-            continue
-        try:
-            macs = node_macs(node, shapes)
-        except (IndexError, ValueError, TypeError, KeyError):  # malformed attributes or shapes
-            macs = None
-        if macs is None:
-            unknown += 1
-        else:
-            total += macs
-            counted += 1
-    return (total if counted else None), unknown
-
-
-def node_macs(node: Any, shapes: Dict[str, List[Any]]) -> Optional[int]:
-    """Multiply-accumulates of one Conv/ConvTranspose/Gemm/MatMul ``node`` from ``shapes`` (tensor
-    name -> dims, weights included); None for other ops or when a shape it needs is not concrete."""
-    if len(node.input) < 2 or not node.output:
-        return None
-    attrs = {a.name: a for a in node.attribute}
-    if node.op_type == "Conv":
-        w, y = _static_shape(shapes, node.input[1], min_rank=3), _static_shape(shapes, node.output[0], min_rank=3)
-        if w is None or y is None:
-            return None
-        return _prod(y) * _prod(w[1:])  # each output element: C/group * k...
-    if node.op_type == "ConvTranspose":
-        x, w = _static_shape(shapes, node.input[0], min_rank=3), _static_shape(shapes, node.input[1], min_rank=3)
-        if x is None or w is None:
-            return None
-        return _prod(x) * _prod(w[1:])  # each input element scatters into M/group * k...
-    if node.op_type == "Gemm":
-        a, y = _static_shape(shapes, node.input[0], rank=2), _static_shape(shapes, node.output[0], rank=2)
-        if a is None or y is None:
-            return None
-        trans_a = attrs["transA"].i if "transA" in attrs else 0
-        k = a[0] if trans_a else a[1]
-        return _prod(y) * k
-    if node.op_type == "MatMul":
-        a, y = _static_shape(shapes, node.input[0]), _static_shape(shapes, node.output[0], min_rank=0)
-        if a is None or y is None:
-            return None
-        return _prod(y) * a[-1]
-    return None
+    """``(macs, unknown)`` of :func:`~sdk.formats.onnx_macs.count_macs` (``unknown``: MAC nodes
+    whose shapes are not concrete). Never raises."""
+    c = count_macs(proto)
+    return c.macs, c.unknown_nodes

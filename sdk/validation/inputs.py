@@ -14,7 +14,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -39,6 +39,11 @@ class Dataset:
     images: Optional[List[np.ndarray]] = None
     preprocess: Any = None
     warnings: List[str] = field(default_factory=list)
+    #: ``arrays`` have an extra leading sample axis (``[n, *input_shape]``, one feed per sample):
+    #: inputs whose first axis is not a batch (a state ``[2, N, 128]``, a scalar rate) are held so.
+    stacked: bool = False
+    #: Values of inputs that are not data (``--input-value``), the same in every sample.
+    values: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -64,7 +69,8 @@ class Dataset:
 
 
 def load_dataset(data: Union[str, os.PathLike], specs: Sequence[Any], labels: Optional[Union[str, os.PathLike]] = None,
-                 preprocess: Any = None, limit: Optional[int] = None) -> Dataset:
+                 preprocess: Any = None, limit: Optional[int] = None, values: Optional[Mapping[str, Any]] = None,
+                 sample_axes: Optional[Mapping[str, Optional[int]]] = None) -> Dataset:
     """Read every sample of ``data`` for the model inputs ``specs``; attach ``labels`` (a file) or
     the labels stored in the data. Raises :class:`InputError` for missing data, or labels whose
     count or file names do not match the samples."""
@@ -73,11 +79,12 @@ def load_dataset(data: Union[str, os.PathLike], specs: Sequence[Any], labels: Op
     p = Path(data)
     if not p.exists():
         raise InputError(f"data path '{p}' does not exist", "give a folder of images, or a .npy/.npz file or folder")
-    source = open_source(p, specs, preprocess, limit=limit)
+    source = open_source(p, specs, preprocess, limit=limit, values=values, sample_axes=sample_axes)
     if isinstance(source, ImageFolderSource):
         ds = _load_images(source)
     else:
-        ds = _load_arrays(source)
+        ds = _load_arrays(source, stacked=stack_needed(specs, values, sample_axes))
+        ds.values = dict(values or {})
         if isinstance(source, ArraySource) and labels is None and ds.labels is not None:
             ds.labels_source = f"{p} (stored labels)"
     if len(ds) == 0:
@@ -90,7 +97,22 @@ def load_dataset(data: Union[str, os.PathLike], specs: Sequence[Any], labels: Op
     return ds
 
 
-def _load_arrays(source: Any) -> Dataset:
+def stack_needed(specs: Sequence[Any], values: Optional[Mapping[str, Any]] = None,
+                 sample_axes: Optional[Mapping[str, Any]] = None) -> bool:
+    """Whether samples must be held stacked (``[n, *input_shape]``): an input has a value, a
+    declared sample axis other than 0, no batch-like first axis (a scalar, a static first dim > 1)."""
+    if values or any(v != 0 for v in (sample_axes or {}).values()):
+        return True
+    for s in specs:
+        if not s.shape:
+            return True
+        d = s.shape[0]
+        if isinstance(d, int) and d > 1:
+            return True
+    return False
+
+
+def _load_arrays(source: Any, stacked: bool = False) -> Dataset:
     parts: Dict[str, List[np.ndarray]] = {}
     ys: List[Any] = []
     names: List[str] = []
@@ -99,11 +121,11 @@ def _load_arrays(source: Any) -> Dataset:
             parts.setdefault(k, []).append(v)
         ys.append(y)
         names.append(f"sample {i}")
-    arrays = {k: np.concatenate(v, axis=0) for k, v in parts.items()}
+    arrays = {k: (np.stack(v) if stacked else np.concatenate(v, axis=0)) for k, v in parts.items()}
     labels = None
     if ys and all(y is not None for y in ys):
         labels = np.asarray([np.asarray(y).reshape(-1)[0] for y in ys]).astype(np.int64)
-    return Dataset(arrays=arrays, labels=labels, names=names, source=str(source.path), kind="arrays")
+    return Dataset(arrays=arrays, labels=labels, names=names, source=str(source.path), kind="arrays", stacked=stacked)
 
 
 def _load_images(source: Any) -> Dataset:

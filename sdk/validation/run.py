@@ -236,9 +236,12 @@ def _check_labels(ds: Dataset, ref_out: Dict[str, np.ndarray]) -> None:
                          f"(output '{name}' has {classes} classes)", f"check the labels file {ds.labels_source}")
 
 
-def board_arrays(specs: Sequence[Any], arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+def board_arrays(specs: Sequence[Any], arrays: Dict[str, np.ndarray], stacked: bool = False) -> Dict[str, np.ndarray]:
     """Inputs in the board protocol's layout: as they are (one batched feed) when every input has
-    a dynamic batch dim, else with an extra leading sample axis (one feed per sample)."""
+    a dynamic batch dim or they are ``stacked`` already, else with an extra leading sample axis
+    (one feed per sample)."""
+    if stacked:
+        return dict(arrays)
     dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in specs)
     return dict(arrays) if dynamic else {k: v[:, None] for k, v in arrays.items()}
 
@@ -256,6 +259,8 @@ def merge_sample_axis(outputs: Dict[str, Any], n: int, like: Optional[Dict[str, 
 
 
 def _sample_shapes(ds: Dataset) -> Dict[str, List[int]]:
+    if ds.stacked:
+        return {k: list(v.shape[1:]) for k, v in ds.arrays.items() if k not in ds.values}
     return {k: [1] + list(v.shape[1:]) for k, v in ds.arrays.items()}
 
 
@@ -320,7 +325,8 @@ def _benchmark(board: Any, model: Any, run_opts: Dict[str, Any], ds: Dataset, pr
         kw["early_stop"] = EarlyStop(float(run_opts["early_stop_percentile"]))
     return board.benchmark(model, target=run_opts.get("target"), precision=precision or run_opts.get("precision"),
                            runs=int(run_opts.get("runs", 100)), min_seconds=float(run_opts.get("min_seconds", 1.0)),
-                           input_shapes=_sample_shapes(ds), samples=True, **kw)
+                           input_shapes=_sample_shapes(ds), samples=True,
+                           **({"input_values": ds.values} if ds.values else {}), **kw)
 
 
 @dataclass
@@ -483,24 +489,31 @@ NO_SPEC_RUNS = 10
 
 
 def random_dataset(specs: Sequence[Any], input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                   samples: int = RANDOM_SAMPLES, seed: int = 0) -> Dataset:
+                   samples: int = RANDOM_SAMPLES, seed: int = 0,
+                   input_values: Optional[Mapping[str, np.ndarray]] = None) -> Dataset:
     """``samples`` seeded random samples for the inputs ``specs`` (see :func:`sdk.data.random_feed`),
     batch dim 1. A dynamic batch dim (the first) defaults to 1; other dynamic dims need
-    ``input_shapes`` (:class:`InputError` names the input)."""
+    ``input_shapes`` (:class:`InputError` names the input). ``input_values``: the value of each
+    input that is not data, the same in every sample. Inputs without a batch-like first axis (a
+    scalar, a state ``[2, N, 128]``) make the samples stacked (``[n, *input_shape]``)."""
     from ..data import random_feed
     from ..tensors import check_input_names
+    from .inputs import stack_needed
 
     shapes: Dict[str, Sequence[int]] = dict(input_shapes or {})
+    values = dict(input_values or {})
     check_input_names(shapes, specs)
+    stacked = stack_needed(specs, values)
     for s in specs:
         if s.name not in shapes and s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0):
             rest = [d for d in s.shape[1:] if isinstance(d, int) and d >= 0]
             if len(rest) == len(s.shape) - 1:  # only the batch dim is dynamic: a sample of 1
                 shapes[s.name] = [1] + rest
-    feeds = [random_feed(specs, shapes, seed=seed + i) for i in range(max(1, samples))]
-    arrays = {s.name: np.concatenate([f[s.name] for f in feeds], axis=0) for s in specs}
+    feeds = [random_feed(specs, shapes, seed=seed + i, values=values) for i in range(max(1, samples))]
+    join = np.stack if stacked else (lambda parts: np.concatenate(parts, axis=0))
+    arrays = {s.name: join([f[s.name] for f in feeds]) for s in specs}
     return Dataset(arrays=arrays, labels=None, names=[f"random {i}" for i in range(len(feeds))],
-                   source=f"random (seed {seed})", kind="random",
+                   source=f"random (seed {seed})", kind="random", stacked=stacked, values=values,
                    warnings=["no data given: seeded random inputs; outputs are compared with the reference, "
                              "task accuracy is not measured"])
 
@@ -523,6 +536,8 @@ def validate(
     on_board: Optional[Callable[[BoardRun], None]] = None,
     strict: bool = False,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    input_values: Any = None,
+    sample_axes: Optional[Mapping[str, Optional[int]]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -541,7 +556,11 @@ def validate(
     on each board beside ``model`` (``speedup.vs_fp32``). Remote boards run at most ``max_workers`` at
     once (Ansible's forks); ``on_board(run)`` is called as each board finishes (from its worker
     thread), to stream results. ``strict``: a check of the spec that could not be
-    verified (skipped: no power sensor, no labels...) fails instead of being listed as not verified."""
+    verified (skipped: no power sensor, no labels...) fails instead of being listed as not verified.
+    ``input_values``: values of inputs that are not data (``{"sr": 16000}`` or ``["sr=16000"]``),
+    the same in every sample; an input that chooses an ``If`` branch must have one when ``data``
+    is None. ``sample_axes``: which axis of each ``data`` array holds the samples (``None``: the
+    array is one value for every sample, e.g. the initial state of a recurrent input)."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -557,7 +576,12 @@ def validate(
     runners = [open_runner(b) for b in boards]
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    ds = _validation_dataset(m, data, labels, preprocess, limit, input_shapes)
+    from ..targets.measure import as_values, require_control_values
+
+    values = as_values(input_values, m.inputs)
+    if data is None:
+        require_control_values(m, values, "sdk validate")
+    ds = _validation_dataset(m, data, labels, preprocess, limit, input_shapes, values, sample_axes)
     say = progress or (lambda _msg: None)
     ref_m = _reference_model(m, reference_model)
     if reference is None:
@@ -574,7 +598,7 @@ def validate(
                        "model_sha256": ref_m.sha256,
                        "outputs": {k: list(v.shape) for k, v in ref_out.items()}}
     with tempfile.TemporaryDirectory(prefix="edgesdk-validate-") as tmp:
-        inputs_npz = ds.save_npz(Path(tmp) / "inputs.npz", board_arrays(m.inputs, ds.arrays))
+        inputs_npz = ds.save_npz(Path(tmp) / "inputs.npz", board_arrays(m.inputs, ds.arrays, ds.stacked))
 
         def one(i: int) -> BoardRun:
             b = boards[i]
@@ -598,13 +622,15 @@ def validate(
 
 def _validation_dataset(m: Any, data: Optional[Union[str, os.PathLike]], labels: Optional[Union[str, os.PathLike]],
                         preprocess: Any, limit: Optional[int],
-                        input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dataset:
+                        input_shapes: Optional[Mapping[str, Sequence[int]]], values: Any = None,
+                        sample_axes: Optional[Mapping[str, Optional[int]]] = None) -> Dataset:
     """The samples of ``data`` (with ``labels``), or seeded random ones when no data is given."""
     if data is None:
         if labels is not None:
             raise InputError("labels were given without data", "pass --data with the samples the labels belong to")
-        return random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES)
-    return load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit)
+        return random_dataset(m.inputs, input_shapes, samples=limit or RANDOM_SAMPLES, input_values=values)
+    return load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, limit=limit, values=values,
+                        sample_axes=sample_axes)
 
 
 def _reference_model(m: Any, reference_model: Any) -> Any:
@@ -623,7 +649,7 @@ def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, n
     """The reference outputs of ``ref_m`` over ``ds`` on the host, and the runtime's version."""
     try:
         with HostRunner(reference, name=f"reference:{reference}") as ref:
-            ref_out = ref.run_arrays(ref_m, ds.arrays)
+            ref_out = ref.run_arrays(ref_m, ds.arrays, stacked=ds.stacked)
             ref_version = ref.check().get("runtimes", {}).get(reference)
     except EdgeSDKError as exc:
         raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc

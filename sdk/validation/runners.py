@@ -112,11 +112,17 @@ class HostRunner:
             self._sessions[key] = tgt.open(tgt.prepare(m))
         return self._sessions[key]
 
-    def run_arrays(self, model: Any, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    def run_arrays(self, model: Any, inputs: Mapping[str, np.ndarray], stacked: bool = False) -> Dict[str, np.ndarray]:
         """Run every sample of ``inputs`` (samples along axis 0); batched when the model's batch
-        dim is dynamic, else one sample at a time. Returns outputs with samples along axis 0."""
+        dim is dynamic, else one sample at a time. Returns outputs with samples along axis 0.
+        ``stacked``: each array is ``[n, *input_shape]``, one feed per sample, outputs stacked."""
         session = self._session(model)
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        if stacked:
+            # stacked samples (an input without a batch axis): one feed per sample, outputs stacked
+            n = len(next(iter(arrays.values())))
+            outs = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
+            return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]} if outs else {}
         counts = {len(a) for a in arrays.values()}
         if len(counts) != 1:
             raise InputError(f"inputs have different sample counts {sorted(counts)}")
@@ -154,7 +160,8 @@ class HostRunner:
 
     def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                  warmup: int = 10, data: Any = None, samples: bool = True, early_stop: Any = None) -> "BenchResult":
+                  warmup: int = 10, data: Any = None, samples: bool = True, early_stop: Any = None,
+                  input_values: Optional[Mapping[str, Any]] = None) -> "BenchResult":
         """Latency on this host (``sdk.targets.benchmark``): the same :class:`sdk.result.BenchResult`
         as a board's, with ``board`` = this runner, ``device`` = host facts, and no power figures
         (null, with the reason)."""
@@ -164,10 +171,11 @@ class HostRunner:
         m = model if isinstance(model, Model) else Model.load(model)
         shapes = dict(input_shapes or {})
         for s in m.inputs:
-            if s.name not in shapes and not s.is_static:
+            if s.name not in shapes and not s.is_static and s.name not in (input_values or {}):
                 shapes[s.name] = s.resolve(default_dim=1)
         res = benchmark(m, target or self.target, target_options=self.options, input_shapes=shapes or None,
-                        data=data, warmup=warmup, runs=runs, min_seconds=min_seconds, early_stop=early_stop)
+                        data=data, warmup=warmup, runs=runs, min_seconds=min_seconds, early_stop=early_stop,
+                        input_values=input_values)
         res.board = {"name": self.name}
         res.precision = {"requested": precision or "fp32", "applied_as_option": False,
                          "note": "the host runner runs the model as stored"}
@@ -202,3 +210,4 @@ def open_runner(board: Union[str, Runner]) -> Runner:
     from ..remote.board import Board
 
     return Board(board)
+

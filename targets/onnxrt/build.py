@@ -27,10 +27,19 @@ def session_options(ort: Any, options: Dict[str, Any], optimized_path: Optional[
     if inter:
         so.inter_op_num_threads = inter
         so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    so.log_severity_level = 3
+    # the runtime's own log (E:/W: lines, coloured) stays off the terminal: its failures come back
+    # as exceptions and are translated; EDGESDK_RUNTIME_LOG=1 (sdk --debug) shows warnings and errors
+    so.log_severity_level = runtime_log_level()
     if optimized_path is not None:
         so.optimized_model_filepath = str(optimized_path)
     return so
+
+
+def runtime_log_level() -> int:
+    """ONNX Runtime severity: 4 (fatal only) normally, 2 (warnings) with ``EDGESDK_RUNTIME_LOG=1``."""
+    import os
+
+    return 2 if os.environ.get("EDGESDK_RUNTIME_LOG") == "1" else 4
 
 
 def _count(options: Dict[str, Any], key: str) -> int:

@@ -1,7 +1,7 @@
 """Run step of the ONNX Runtime target."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
@@ -29,13 +29,32 @@ class OnnxRuntimeSession(Session):
 
     target_name = "onnxruntime"
 
-    def __init__(self, sess: Any, io_binding: bool = False, profiling_session: Any = None):
+    def __init__(self, sess: Any, io_binding: bool = False, profiling_session: Any = None,
+                 model_source: Any = None):
         super().__init__([_spec(a) for a in sess.get_inputs()], [_spec(a) for a in sess.get_outputs()])
         self._sess = sess
+        self._model_source = model_source  # the ONNX file or bytes: to explain a failure by the graph
         self._profiling_session = profiling_session
         self._names = [o.name for o in self.outputs]
         self._io_binding = io_binding
         self.run = self._make_run()  # type: ignore[method-assign]  # instance attribute: one Python frame per call
+
+    def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        """The shape constraint of the model that the feeds break (:mod:`sdk.formats.onnx_diagnose`)."""
+        import re
+
+        if self._model_source is None or not re.search(r"shape|dimension|broadcast|concat|size", message, re.I):
+            return None   # not a shape failure: the runtime's own line says it
+        try:
+            import onnx
+
+            from ...formats.onnx_diagnose import explain_shapes, node_named
+
+            src = self._model_source
+            proto = onnx.load_from_string(bytes(src)) if isinstance(src, (bytes, bytearray)) else onnx.load(str(src))
+            return explain_shapes(proto, feeds, node_named(message))
+        except Exception:  # noqa: BLE001 - an explanation is a bonus; the runtime's own line stays
+            return None
 
     def _make_run(self):
         names, explain = self._names, self._explain

@@ -89,6 +89,9 @@ class OnnxRuntimeTarget(Target):
     def _create(self, artifact: Artifact, providers, optimized_path: Optional[Path] = None,
                 profile_prefix: Optional[str] = None):
         ort = import_ort()
+        from .build import runtime_log_level
+
+        ort.set_default_logger_severity(runtime_log_level())  # graph-building warnings go here
         so = session_options(ort, self.options, optimized_path)
         if profile_prefix is not None:  # a second session, for Session.profile()
             so.enable_profiling = True
@@ -113,4 +116,5 @@ class OnnxRuntimeTarget(Target):
         if use_binding == "auto":
             use_binding = providers[0] != "CPUExecutionProvider"
         return OnnxRuntimeSession(sess, io_binding=bool(use_binding),
+                                  model_source=artifact.path if artifact.path is not None else artifact.data,
                                   profiling_session=lambda prefix: self._create(artifact, providers, profile_prefix=prefix))

@@ -353,11 +353,11 @@ def _int8_plan(caps: TrtCapabilities, config: BuildConfig, qdq: bool) -> Precisi
         return PrecisionPlan(strongly_typed=True, int8_mode="explicit", notes=(note,) if note else ())
     if config.calibration_cache and not (caps.implicit_int8 and caps.weak_typing):
         raise InputError(f"TensorRT {caps.version} has no implicit quantization (no IInt8EntropyCalibrator2): a "
-                         "calibration cache cannot be used", "quantize the model with Q/DQ nodes: sdk quantize --scheme tensorrt")
+                         "calibration cache cannot be used", "quantize the model with Q/DQ nodes: sdk quantize MODEL --calib DATA --target tensorrt")
     if config.calibration_cache:
         return PrecisionPlan(("INT8", "FP16") if config.int8_fp16_fallback else ("INT8",), int8_mode="implicit")
     raise InputError("int8 was asked for, but the model has no Q/DQ nodes and no calibration cache was given",
-                     "quantize it first (sdk quantize --scheme tensorrt), or pass calibration_cache=FILE "
+                     "quantize it first (sdk quantize MODEL --calib DATA --target tensorrt), or pass calibration_cache=FILE "
                      "(TensorRT 8.x-10.x)")
 
 

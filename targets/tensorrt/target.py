@@ -39,6 +39,7 @@ class TensorRTTarget(Target):
     name = "tensorrt"
     description = "NVIDIA TensorRT engines (Jetson, GPU hosts): fp32, fp16, int8 (Q/DQ or calibration cache), DLA"
     model_formats = ("onnx",)
+    precisions = ("fp32", "fp16", "int8")
     install_hint = "TensorRT ships with JetPack (python3-libnvinfer); on an x86 GPU host: pip install tensorrt cuda-python"
     default_options: ClassVar[Dict[str, Any]] = {
         **{k: None for k in BUILD_KEYS},

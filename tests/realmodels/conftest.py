@@ -32,7 +32,8 @@ def board_env(tmp_path_factory) -> Dict[str, str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not TABLE:
         return
-    cols = ["inspect", "bench", "push local", "validate local", "fuzz", "params", "MACs", "p50 ms"]
+    cols = ["inspect", "bench", "profile", "push local", "validate local", "quantize", "int8 metric", "fuzz",
+            "params", "MACs", "p50 ms"]
     tr = terminalreporter
     tr.section("real-model corpus")
     tr.write_line(" | ".join(["model".ljust(28)] + [c.rjust(14) for c in cols]))

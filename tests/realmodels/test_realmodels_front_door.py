@@ -23,7 +23,7 @@ def test_inspect(model, board_env, tmp_path):
     info = json.loads(out.read_text())
     assert info["format"] == model.format and info["inputs"] and info["outputs"]
     assert info["params"] > 10_000, "a pretrained model has weights (initializers or Constant nodes)"
-    assert info["macs"] and info["macs"] > 1_000_000, info.get("macs_unknown_nodes")
+    assert info["macs"] and info["macs"] > 100_000, (info.get("macs_unknown_nodes"), info.get("macs_notes"))
     # the table on the terminal says the same
     table = sdk(board_env, "inspect", model.path, *model.shape_flags)
     assert table.returncode == 0 and f"params: {info['params']:,}" in table.stdout

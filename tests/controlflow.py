@@ -1,0 +1,115 @@
+"""Small real ONNX models with control flow, recurrent layers and non-batch inputs, built with
+onnx.helper, whose MACs are counted by hand in each docstring (for tests of counts, values, state)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _save(graph, path, opset=16):
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def if_rate_model(path):
+    """``x [1, 4]``, ``state [2, 1, 3]`` (first axis not the batch), ``sr`` int64 scalar.
+    ``If(sr == 16000)``: then ``x @ W1 [4, 8]`` (32 MACs), else ``x @ W2 [4, 2]`` (8 MACs);
+    outputs ``y`` and ``stateN = state + 1`` (carried).
+    Hand count: then 1*8*4 = 32, else 1*2*4 = 8; max over branches = 32."""
+    w1 = numpy_helper.from_array(np.arange(32, dtype=np.float32).reshape(4, 8) / 32, "w1")
+    w2 = numpy_helper.from_array(np.ones((4, 2), np.float32), "w2")
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
+    one = numpy_helper.from_array(np.ones((1,), np.float32), "one")
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["y_then"], name="mm_then")], "then", [],
+                               [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, [1, 8])])
+    else_g = helper.make_graph([helper.make_node("MatMul", ["x", "w2"], ["y_else"], name="mm_else")], "else", [],
+                               [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [1, 2])])
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is16k"], name="eq"),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=then_g, else_branch=else_g, name="If_rate"),
+             helper.make_node("Add", ["state", "one"], ["stateN"], name="carry")]
+    g = helper.make_graph(nodes, "if_rate",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                           helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "n", 3]),
+                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None]),
+                           helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "n", 3])],
+                          [w1, w2, rate, one])
+    return _save(g, path)
+
+
+def _loop_body(cond_from_counter: bool, limit: int):
+    """Body: ``h = h @ W [4, 4]`` (16 MACs per iteration); the condition is ``i + 1 < limit``
+    (``cond_from_counter``) or handed through."""
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32) * 0.5, "w_body")
+    nodes = [helper.make_node("MatMul", ["h_in", "w_body"], ["h_out"], name="body_mm")]
+    if cond_from_counter:
+        lim = numpy_helper.from_array(np.array(limit, np.int64), "lim")
+        step = numpy_helper.from_array(np.array(1, np.int64), "step")
+        nodes += [helper.make_node("Add", ["i", "step"], ["i1"], name="inc"),
+                  helper.make_node("Less", ["i1", "lim"], ["cond_out"], name="less")]
+        inits = [w, lim, step]
+    else:
+        nodes += [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="pass")]
+        inits = [w]
+    return helper.make_graph(nodes, "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, 4])],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, 4])], inits)
+
+
+def loop_model(path, trips: int = 5, cond_from_counter: bool = False, m_from_input: bool = False):
+    """``x [1, 4]`` through a Loop whose body is ``h @ W [4, 4]`` (16 MACs per iteration), after a
+    ``x @ W0 [4, 4]`` (16 MACs). Trip count: the constant ``M = trips`` (condition handed through),
+    ``M = 100`` with the condition ``i + 1 < trips`` (the loop ends after ``trips`` iterations), or
+    ``M`` from the int64 input ``n`` (decided at run time).
+    Hand count for trips = 5: 16 + 16 * 5 = 96 MACs."""
+    w0 = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w0")
+    true = numpy_helper.from_array(np.array(True), "true")
+    inits = [w0, true]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]
+    if m_from_input:
+        inputs.append(helper.make_tensor_value_info("n", TensorProto.INT64, []))
+        m_name = "n"
+    else:
+        inits.append(numpy_helper.from_array(np.array(100 if cond_from_counter else trips, np.int64), "M"))
+        m_name = "M"
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["h0"], name="first_mm"),
+             helper.make_node("Loop", [m_name, "true", "h0"], ["h"], body=_loop_body(cond_from_counter, trips),
+                              name="the_loop")]
+    g = helper.make_graph(nodes, "loop", inputs, [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])],
+                          inits)
+    return _save(g, path)
+
+
+def bilstm_model(path, seq: int = 7, batch: int = 1, inp: int = 5, hidden: int = 3):
+    """A bidirectional LSTM, ``X [seq, batch, inp]``, hidden 3.
+    Hand count: 2 directions x 7 steps x 1 x (4 x 3 gates) x (5 + 3) = 1344 MACs."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((2, 4 * hidden, inp)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.standard_normal((2, 4 * hidden, hidden)).astype(np.float32), "R")
+    node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=hidden, direction="bidirectional",
+                            name="bilstm")
+    g = helper.make_graph([node], "bilstm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inp])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 2, batch, hidden])], [w, r])
+    return _save(g, path, opset=14)
+
+
+def loop_data_model(path):
+    """A Loop (``M = 10``, body ``h @ W``) that runs only when ``sum(x) > 0``: the data's content
+    steers it (``kind: data``), so random data may time another number of iterations."""
+    w0 = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w0")
+    m = numpy_helper.from_array(np.array(10, np.int64), "M")
+    zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["go"], name="positive"),
+             helper.make_node("MatMul", ["x", "w0"], ["h0"], name="first_mm"),
+             helper.make_node("Loop", ["M", "go", "h0"], ["h"], body=_loop_body(False, 10), name="data_loop")]
+    g = helper.make_graph(nodes, "loop_data", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])], [w0, m, zero])
+    return _save(g, path)
