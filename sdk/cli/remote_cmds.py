@@ -32,11 +32,12 @@ def boards_list_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from ..remote.profiles import list_profiles, profile_problems
+    from ..textsafe import plain
     from ._common import console, write_json
 
     profiles = list_profiles()
     for problem in profile_problems():     # a broken profile fails only its own board: warn here
-        sys.stderr.write(f"warning: {' '.join(str(problem).split())} (this board is unusable until fixed)\n")
+        sys.stderr.write(f"warning: {plain(' '.join(str(problem).split()))} (this board is unusable until fixed)\n")
     if json_out:
         write_json(None, [p.to_dict() for p in profiles.values()])
         return
@@ -449,7 +450,9 @@ class FleetStream:
             self.done += 1
             self._print([str(self.done)] + self.row(fr))
             if self.json_path:
-                line = json.dumps(self.doc(fr), default=str)
+                from ._common import json_safe
+
+                line = json.dumps(json_safe(self.doc(fr)), default=str, allow_nan=False)
                 if self.lines is not None:
                     self.lines.write(line + "\n")
                     self.lines.flush()
