@@ -84,6 +84,26 @@ def _board_error(board: str, payload: Mapping[str, Any], fallback: str) -> EdgeS
     return RemoteCommandError(f"{message} ({err.get('type')})" if err.get("type") else message, hint, board=board)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")      # NaN, Infinity, -Infinity
+
+
+def _check_finite(board: str, command: str, doc: Any, where: str = "") -> None:
+    """Every number of a board's answer is finite (1e999 parses as inf): else ResultFormatError."""
+    import math
+
+    if isinstance(doc, float) and not math.isfinite(doc):
+        raise _errors.ResultFormatError(
+            f"board '{board}': the agent's '{command}' answer holds a non-finite number at {where or 'the top'} "
+            f"({doc})", "the board's agent or runtime is broken: check it with 'sdk boards check'")
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            _check_finite(board, command, v, f"{where}.{k}" if where else str(k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            _check_finite(board, command, v, f"{where}[{i}]")
+
+
 class Board:
     """A board from a profile (name, alias, ``.toml`` path or :class:`BoardProfile`).
 
@@ -224,21 +244,32 @@ class Board:
                 continue
         return default_target(fmt)
 
+    @property
+    def max_answer_bytes(self) -> int:
+        """The most the host reads of one agent answer (``[connection] max_answer_mb``, MiB)."""
+        return int(float(self.profile.connection.max_answer_mb) * (1 << 20))
+
     def agent(self, command: str, request: Mapping[str, Any], *, timeout_s: float = 600.0) -> Dict[str, Any]:
-        """Run ``<python> <agent.pyz> <command> --request -`` on the board with ``request`` as JSON
-        on stdin; returns the JSON document it printed. Errors become one line naming the board."""
+        """Run ``<python> <agent.pyz> <command> --request - --watch`` on the board with ``request``
+        as one JSON line on stdin, which then stays open (a heartbeat: the agent's watchdog ends the
+        job when this process or its SSH channel goes); returns the JSON document it printed,
+        read up to :attr:`max_answer_bytes`, every number in it finite. Errors become one line
+        naming the board, quoting at most a short excerpt of what it printed."""
         agent = self._ensure_agent()
-        argv = self._python() + [self._abs(agent.remote_path), command, "--request", "-"]
-        body = json.dumps(dict(request)).encode()
-        result = self._retrying(lambda: self.transport.run(argv, timeout_s=timeout_s, input=body))
+        argv = self._python() + [self._abs(agent.remote_path), command, "--request", "-", "--watch"]
+        body = json.dumps(dict(request)).encode() + b"\n"
+        result = self._retrying(lambda: self.transport.run(argv, timeout_s=timeout_s, input=body, hold_stdin=True,
+                                                           max_output_bytes=self.max_answer_bytes))
         text = result.text().strip()
         payload: Any = None
         for candidate in (text, text.splitlines()[-1] if text else ""):
             try:
-                payload = json.loads(candidate)
+                payload = json.loads(candidate, parse_constant=_no_constant)
                 break
             except ValueError:
                 continue
+        if payload is not None:
+            _check_finite(self.name, command, payload)
         if result.returncode == 127 or (result.returncode != 0 and payload is None and
                                         b"not found" in result.stderr and not text):
             raise RemoteCommandError(f"'{' '.join(self._python())}' was not found on the board",
