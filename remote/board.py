@@ -27,13 +27,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from .. import errors as _errors
 from ..errors import (EdgeSDKError, MissingDependencyError, RemoteCommandError,
                       RemoteError)
 from .profiles import BoardProfile, get_profile
-from .push import Pushed, push_file
+from .push import Pushed, push_file, push_model_files
 from .cancel import cancel_all, check_cancelled
 from .ssh import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, RetryPolicy
 from .transport import LocalTransport, SSHTransport, Transport
@@ -48,6 +49,7 @@ ModelLike = Union[str, os.PathLike, "Pushed", Any]
 BENCH_TIMEOUT_PAD_S = 600.0        # added to runs/min_seconds for build time (TensorRT engines take minutes)
 
 _agent_lock = threading.Lock()
+_EXTERNAL: Dict[tuple, List[Any]] = {}     # (path, size, mtime) -> the model's external data files
 _agent_path: Dict[str, Path] = {}
 
 
@@ -186,21 +188,45 @@ class Board:
         skipped when already there and verified. Returns a :class:`Pushed` handle."""
         if isinstance(model, Pushed):
             return model
-        path = self._local_path(model)
-        return self._retrying(lambda: push_file(self.transport, path, self.workdir, kind=kind,
-                                                progress=self.progress, home_cb=self._set_home))
+        with self._local_path(model) as path:
+            external = self._external_files(path) if kind == "models" else []
+            if external:    # ONNX external data: the model and its files, in one folder on the board
+                return self._retrying(lambda: push_model_files(self.transport, path, self.workdir, external,
+                                                               progress=self.progress, home_cb=self._set_home))
+            return self._retrying(lambda: push_file(self.transport, path, self.workdir, kind=kind,
+                                                    progress=self.progress, home_cb=self._set_home))
 
     @staticmethod
-    def _local_path(model: Any) -> Path:
+    def _external_files(path: Path) -> List[Any]:
+        """``[(location, path)]`` of the files the model loads (ONNX external data), [] for none."""
+        from ..formats import detect_format, get_format
+
+        if not path.is_file():
+            return []
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _EXTERNAL:
+            _EXTERNAL[key] = get_format(detect_format(path)).external_files(path)
+        return _EXTERNAL[key]
+
+    @staticmethod
+    @contextmanager
+    def _local_path(model: Any) -> Iterator[Path]:
+        """The file to push: the model's own file, or (an in-memory :class:`sdk.Model`) its bytes in
+        a temporary folder removed on every way out, once pushed (nothing is left in $TMPDIR)."""
         if isinstance(model, (str, os.PathLike)):
-            return Path(model)
+            yield Path(model)
+            return
         path = getattr(model, "path", None)   # sdk.Model
         if path is not None and getattr(model, "_proto", None) is None:
-            return Path(path)
+            yield Path(path)
+            return
         if hasattr(model, "to_bytes"):
-            tmp = Path(tempfile.mkdtemp(prefix="edgesdk-push-")) / f"model.{getattr(model, 'format', 'onnx')}"
-            tmp.write_bytes(model.to_bytes())
-            return tmp
+            with tempfile.TemporaryDirectory(prefix="edgesdk-push-") as tmp:
+                file = Path(tmp) / f"model.{getattr(model, 'format', 'onnx')}"
+                file.write_bytes(model.to_bytes())
+                yield file
+            return
         raise _errors.InputError(f"cannot push {type(model).__name__}: give a file path or an sdk.Model")
 
     def _abs(self, path: str) -> str:
@@ -235,7 +261,10 @@ class Board:
         from ..formats import default_target, detect_format
         from ..targets import target_class
 
-        fmt = detect_format(Path(pushed.local_path)) if Path(pushed.local_path).is_file() else "onnx"
+        try:    # the suffix says it (an in-memory model's temporary file is gone once pushed)
+            fmt = detect_format(Path(pushed.local_path))
+        except OSError:
+            fmt = "onnx"
         for name in self.profile.runtime.targets:
             try:
                 if fmt in getattr(target_class(name), "model_formats", ("onnx",)):

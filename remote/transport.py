@@ -297,11 +297,22 @@ class LocalTransport(Transport):
         return b"".join(out), b"".join(err)
 
     def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
+        """Never through a link: a new file is created exclusively (``O_EXCL``: an existing name,
+        a link included, is an error), a resumed one is opened with ``O_NOFOLLOW`` and must be a
+        regular file with one link."""
+        import stat as st_
+
         dest = self._abs(remote)
         total = local.stat().st_size
         sent = 0
         try:
-            with open(local, "rb") as src, open(dest, "r+b" if offset else "wb") as dst:
+            flags = os.O_NOFOLLOW | (os.O_RDWR if offset else os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            fd = os.open(dest, flags, 0o644)
+            info = os.fstat(fd)
+            if not st_.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                os.close(fd)
+                raise OSError(0, f"{dest} is not a regular file of its own (a link?)")
+            with open(local, "rb") as src, os.fdopen(fd, "r+b" if offset else "wb") as dst:
                 src.seek(offset)
                 dst.seek(offset)
                 dst.truncate()
@@ -328,6 +339,17 @@ class LocalTransport(Transport):
             raise TransferError(f"cannot copy {remote} from the board: {exc.strerror or exc}",
                                 board=self.board) from exc
         return local.stat().st_size
+
+
+def _same_regular_file(sftp: Any, handle: Any, remote: str, board: str) -> None:
+    """The file open as ``handle`` is the regular file at ``remote`` (its lstat: not a link), with
+    the same owner, size and mtime; else :class:`TransferError` (the upload restarts afresh)."""
+    import stat as st_
+
+    opened, named = handle.stat(), sftp.lstat(remote)
+    if not st_.S_ISREG(named.st_mode or 0) or (opened.st_uid, opened.st_size, opened.st_mtime) != \
+            (named.st_uid, named.st_size, named.st_mtime):
+        raise TransferError(f"{remote} on the board is not the regular file it was (a link?)", board=board)
 
 
 class SSHTransport(Transport):
@@ -389,8 +411,11 @@ class SSHTransport(Transport):
 
         sent = 0
         sftp = self.sftp()
-        with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wb") as dst:
+        # a new part is created exclusively (never through a name planted before it); a resumed
+        # one must be the regular file at its name once opened (not a link to elsewhere)
+        with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wxb") as dst:
             if offset:
+                _same_regular_file(sftp, dst, remote, self.board)
                 dst.truncate(offset)
             src.seek(offset)
             pos = offset

@@ -154,6 +154,17 @@ def boards_check_cmd(
         write_json(json_path, facts)
 
 
+def _open_new(path: str) -> Any:
+    """``path`` opened for writing as a new regular file: a link at that name is replaced (as an
+    atomic rename would), never written through."""
+    import os
+
+    if os.path.islink(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 class _Uploads:
     """One rich progress bar per board for large uploads (on stderr)."""
 
@@ -321,7 +332,9 @@ def push_cmd(
         from ..reports.perf_html import bench_html
 
         Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(bench_html(out), encoding="utf-8")
+        from ._common import write_text_atomic
+
+        write_text_atomic(report, bench_html(out), "--report")
         if json_path != "-":
             c.print(f"wrote {report}")
     failed = [fr.board for fr in results if not fr.ok]
@@ -434,7 +447,7 @@ class FleetStream:
             from pathlib import Path
 
             Path(self.json_path).parent.mkdir(parents=True, exist_ok=True)
-            self.lines = open(self.json_path, "w", encoding="utf-8")
+            self.lines = _open_new(self.json_path)
 
     def _print(self, cells: List[str], header: bool = False) -> None:
         widths = [6] + [w for _, w in self.columns]
