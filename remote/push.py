@@ -97,13 +97,26 @@ def _probe_script(final: str, folder: str, root: Optional[str] = None) -> str:
         'printf "now=%s\\n" "$(date +%s)"',
         f'for p in {f}.*.part {f}.part; do {_OWN_FILE_SH} && printf "part=%s\\t%s\\t%s\\n" "$(wc -c < "$p" | tr -d " ")" '
         '"$(stat -c %Y "$p" 2>/dev/null || date -r "$p" +%s)" "$p"; done',
-        # the kind folder: a real folder, inside the workdir once links are resolved
-        f'if mkdir -p {d}; then '
-        f'if [ -L {d} ] || [ ! -d {d} ]; then printf "folder_bad=%s\\n" "is a link or not a folder"; '
-        f'else case "$(cd {d} && pwd -P)/" in "$(cd {w} && pwd -P)"/*) ;; '
-        f'*) printf "folder_bad=%s\\n" "resolves outside the workdir";; esac; fi; '
-        f'printf "free_kb=%s\\n" "$(df -Pk {d} | awk \'NR==2{{print $4}}\')"; fi',
+        # the kind folder: each level below the workdir a real folder (checked before it is used or
+        # created: mkdir never runs through a link), and inside the workdir once links are resolved
+        f'_ok=1; if mkdir -p {w}; then for c in {_levels(folder, root)}; do '
+        'if [ -L "$c" ] || { [ -e "$c" ] && [ ! -d "$c" ]; }; then _ok=link; break; fi; '
+        '[ -d "$c" ] || mkdir "$c" 2>/dev/null || { _ok=; break; }; done; else _ok=; fi',
+        f'if [ "$_ok" = link ]; then printf "folder_bad=%s\\n" "is a link or not a folder"; '
+        f'elif [ -n "$_ok" ]; then case "$(cd {d} && pwd -P)/" in "$(cd {w} && pwd -P)"/*) ;; '
+        f'*) printf "folder_bad=%s\\n" "resolves outside the workdir";; esac; fi',
+        f'if [ -n "$_ok" ]; then printf "free_kb=%s\\n" "$(df -Pk {d} | awk \'NR==2{{print $4}}\')"; fi',
     ])
+
+
+def _levels(folder: str, root: Optional[str]) -> str:
+    """The folders from just below ``root`` down to ``folder``, shell-quoted (``root/a root/a/b``)."""
+    base = (root or "").rstrip("/")
+    rel = folder[len(base) + 1:] if base and folder.startswith(base + "/") else None
+    if rel is None:
+        return shlex.quote(folder)
+    parts = [p for p in rel.split("/") if p]
+    return " ".join(shlex.quote(f"{base}/{'/'.join(parts[:i + 1])}") for i in range(len(parts)))
 
 
 #: sh test of ``$p``: a regular file (not a link), owned by this account, one hard link: a part
