@@ -86,10 +86,6 @@ def _board_error(board: str, payload: Mapping[str, Any], fallback: str) -> EdgeS
     return RemoteCommandError(f"{message} ({err.get('type')})" if err.get("type") else message, hint, board=board)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")      # NaN, Infinity, -Infinity
-
-
 def _check_finite(board: str, command: str, doc: Any, where: str = "") -> None:
     """Every number of a board's answer is finite (1e999 parses as inf): else ResultFormatError."""
     import math
@@ -293,7 +289,7 @@ class Board:
         payload: Any = None
         for candidate in (text, text.splitlines()[-1] if text else ""):
             try:
-                payload = json.loads(candidate, parse_constant=_no_constant)
+                payload = json.loads(candidate)      # NaN/Infinity parse: refused just below
                 break
             except ValueError:
                 continue
