@@ -7,7 +7,7 @@ break an XML file.
   table cell that rich renders goes through it; :func:`plain` is the same without the markup
   escape (for lines written straight to a stream, and for rich output with markup off).
 * :func:`xml_text` drops what XML 1.0 cannot hold (most C0 characters, U+FFFE/U+FFFF, lone
-  surrogates) by writing it as a visible escape; every XML writer (JUnit, SVG) uses it.
+  surrogates) and what it discourages (DEL, C1) by writing it as a visible escape; every XML writer (JUnit, SVG) uses it.
 
 Standard library only (runs on the board too: Python 3.8).
 """
@@ -24,7 +24,7 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u20
 _CONTROL_NL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _MARKUP = re.compile(r"(\\*)(\[[a-zA-Z#/@][^[]*?])")
 # XML 1.0 Char ::= #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF]
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_NOT_XML = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")   # and DEL/C1 (discouraged)
 
 
 def _visible(m: "re.Match[str]") -> str:

@@ -43,7 +43,7 @@ def hostile_model(tmp_path_factory) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="p" + HOSTILE)
     model.ir_version = 8
     folder = tmp_path_factory.mktemp("hostile")
-    path = folder / "m[red]odel[/red].onnx"
+    path = folder / "m[bold]odel.onnx"
     onnx.save(model, str(path))
     return path
 
@@ -91,8 +91,8 @@ def test_push_and_validate_with_reports(hostile_model, tmp_path, monkeypatch):
     _inert(proc.stdout + proc.stderr)
     assert "[red]R[/red]" in proc.stdout                   # the failing check's output name, as written
     root = ET.parse(junit).getroot()                        # well-formed XML
-    names = [c.get("name") for c in root.iter("testcase")]
-    assert any("cosine" in n and "\\x1b" in n for n in names), names
+    failures = [f.get("message") for f in root.iter("failure")]
+    assert any("worst output 'out" in m and "\\x1b[2J" in m for m in failures), failures
     for ch in RAW[:3]:
         assert ch not in junit.read_text()
     assert "\x1b" not in html.read_text()
@@ -103,7 +103,7 @@ def test_quantize_report(hostile_model, tmp_path):
     data = tmp_path / "calib.npy"
     np.save(data, np.random.default_rng(1).random((8, 1, 8, 8), dtype=np.float32))
     out = tmp_path / "q.onnx"
-    proc = sdk("quantize", hostile_model, "--data", data, "-o", out)
+    proc = sdk("quantize", hostile_model, "--calib", data, "-o", out)
     assert proc.returncode in (0, 1), proc.stderr
     _inert(proc.stdout + proc.stderr)
 
