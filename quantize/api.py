@@ -667,7 +667,13 @@ def _with_labels(batches, labels: Any):
     if labels is None:
         yield from batches
         return
-    y = np.load(labels, allow_pickle=False) if isinstance(labels, (str, os.PathLike)) else np.asarray(labels)
+    if isinstance(labels, (str, os.PathLike)):
+        from ..sources import check_array_file
+
+        check_array_file(labels)
+        y = np.load(labels, allow_pickle=False)
+    else:
+        y = np.asarray(labels)
     i = 0
     for feed, _, n in batches:
         if i + n > len(y):

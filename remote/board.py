@@ -391,6 +391,9 @@ class Board:
                 self.transport.get(out_remote, local)
             finally:
                 self.transport.run(["rm", "-f", out_remote], timeout_s=60)
+            from ..sources import check_array_file
+
+            check_array_file(local)     # a board's outputs are bounded like any input: headers first
             with np.load(local, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
 
