@@ -22,9 +22,10 @@ import os
 import time
 import warnings
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -107,12 +108,13 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
 
 def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str, os.PathLike]] = None,
                       use_cache: bool = True, workers: Optional[int] = None, batch_size: Optional[int] = None,
-                      progress: Optional[ProgressFn] = None, executor: Any = None
+                      progress: Optional[ProgressFn] = None, executor: Any = None, save_stats: bool = True
                       ) -> Tuple[CalibrationStats, Dict[str, Any]]:
     """The calibration statistics of ``model`` (prepared) over ``source``: read from ``stats_path`` or
     the cache when they match the model's sha256 and tensor names, else one streamed FP32 pass
     (saved to ``stats_path`` and the cache) on ``executor`` (:mod:`sdk.quantize.executors`).
-    Returns ``(stats, info)``."""
+    ``save_stats=False``: fresh statistics are not written to ``stats_path`` here (the caller
+    writes them with its other outputs, as one set). Returns ``(stats, info)``."""
     from .calibrate import calibrate, calibration_tensors
 
     plan = calibration_tensors(model.proto)
@@ -128,7 +130,10 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
         candidates.append(cache_file)
     reused = _reuse_stats(candidates, model.sha256, names, fp, notes)
     if reused is not None:
-        return reused[0], {"reused": str(reused[1]), "time_s": 0.0, "warnings": notes}
+        from ..digest import file_sha256
+
+        return reused[0], {"reused": str(reused[1]), "time_s": 0.0, "warnings": notes,
+                           "statistics_file": {"path": str(reused[1]), "sha256": file_sha256(reused[1])}}
     total = source.length() if hasattr(source, "length") else None
     t0 = time.perf_counter()
     from .executors import get_executor
@@ -140,7 +145,7 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
                    plan=plan, executor=ex)
     elapsed = time.perf_counter() - t0
     st.meta.update({"data_fingerprint": fp, "time_s": elapsed})
-    _save_stats(st, stats_path, cache_file)
+    _save_stats(st, stats_path if save_stats else None, cache_file)
     return st, {"reused": None, "time_s": elapsed, "warnings": notes}
 
 
@@ -322,6 +327,7 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         cfg = replace(cfg, task_metric=resolve_task_metric(cfg.task_metric))
     t_start = time.perf_counter()
     run = _Run(cfg)
+    run.defer_stats = output is not None       # -o and --stats are written together, as one set
     run.prepare(model)
     run.calibrate(calib)
     run.plan()
@@ -330,8 +336,10 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
     run.finish_latency()
     res = run.result(time.perf_counter() - t_start)
     if output is not None:
+        fresh = cfg.stats_path is not None and not run.calib_info.get("reused")
         _write_outputs(res, run.extras(), Path(output), cfg.report_path, cfg.trt_cache, cfg.trt_version,
-                       cfg.ranges_path)
+                       cfg.ranges_path, stats=(run.stats, Path(cfg.stats_path)) if fresh and cfg.stats_path else None,
+                       stats_file=run.calib_info.get("statistics_file"))
     elif cfg.report_path is not None:
         _write_json(Path(cfg.report_path), res.report)
     return res
@@ -344,6 +352,7 @@ class _Run:
         from .methods import get_method
 
         self.cfg = cfg
+        self.defer_stats = False       # True: --stats is written with -o at the end (one set, one lock)
         self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
                                  activation_dtype=cfg.activation_dtype)
         self.method = cfg.method or self.scheme.default_method
@@ -384,7 +393,8 @@ class _Run:
                                   values=values, sample_axes=cfg.sample_axes)
         self.stats, self.calib_info = load_or_calibrate(
             self.prepared, self.source, stats_path=cfg.stats_path, use_cache=cfg.use_cache, workers=cfg.workers,
-            batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor)
+            batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor,
+            save_stats=not self.defer_stats)
         self.skipped = getattr(self.source, "skipped", 0)  # before any later pass over the source resets it
         source_warnings = list(getattr(self.source, "warnings", []))
         source_warnings += list(self.calib_info.get("warnings", []))
@@ -686,7 +696,13 @@ def _with_labels(batches, labels: Any):
     if labels is None:
         yield from batches
         return
-    y = np.load(labels, allow_pickle=False) if isinstance(labels, (str, os.PathLike)) else np.asarray(labels)
+    if isinstance(labels, (str, os.PathLike)):
+        from ..sources import check_array_file
+
+        check_array_file(labels)
+        y = np.load(labels, allow_pickle=False)
+    else:
+        y = np.asarray(labels)
     i = 0
     for feed, _, n in batches:
         if i + n > len(y):
@@ -720,13 +736,52 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+@contextmanager
+def _folder_locks(paths: Iterable[Path]) -> Iterator[None]:
+    """Exclusive ``flock`` on the folders of ``paths`` (sorted: two runs never deadlock), held while
+    a run writes its set of files: another run writing the same ``-o``/``--stats`` waits, so the
+    files on disk always come from one run (nothing is left behind: no lock file)."""
+    import fcntl
+
+    fds = []
+    try:
+        for folder in sorted({str(Path(p).resolve().parent) for p in paths}):
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY)
+            fds.append(fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)        # closing releases the lock
+
+
 def _write_outputs(res: QuantizeResult, extras: Dict[str, Any], output: Path, report_path, trt_cache, trt_version,
-                   ranges_path) -> None:
+                   ranges_path, stats: Optional[Tuple[CalibrationStats, Path]] = None,
+                   stats_file: Optional[Dict[str, Any]] = None) -> None:
+    """Every output of one run, written as a set under one lock: the statistics (when computed by
+    this run), the model, the TensorRT cache, the ranges, the report (which names the statistics
+    file it used, with its sha256)."""
+    paths = [output] + ([stats[1]] if stats else []) + ([Path(report_path)] if report_path else [])
+    with _folder_locks(paths):
+        if stats is not None:
+            from ..digest import file_sha256
+
+            _save_stats(stats[0], stats[1], None)
+            stats_file = {"path": str(stats[1]), "sha256": file_sha256(stats[1])}
+        if stats_file is not None:
+            res.report.setdefault("calibration", {})["statistics_file"] = stats_file
+        _write_outputs_locked(res, extras, output, report_path, trt_cache, trt_version, ranges_path)
+
+
+def _write_outputs_locked(res: QuantizeResult, extras: Dict[str, Any], output: Path, report_path, trt_cache,
+                          trt_version, ranges_path) -> None:
     from .trtcache import DEFAULT_TRT_VERSION, write_cache
 
     saved = res.model.save(output)
     res.model = saved
     res.extras["model"] = str(output)
+    res.extras["model_sha256"] = saved.sha256
     if "trt_scales" in extras:
         p = Path(trt_cache) if trt_cache else output.with_suffix(".calib.cache")
         write_cache(p, extras["trt_scales"], trt_version or DEFAULT_TRT_VERSION)

@@ -371,5 +371,8 @@ class CalibrationStats:
 
     @classmethod
     def load(cls, path) -> "CalibrationStats":
+        from ..sources import check_array_file
+
+        check_array_file(path)
         with np.load(path, allow_pickle=False) as npz:
             return cls.from_arrays({k: npz[k] for k in npz.files})

@@ -27,13 +27,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from .. import errors as _errors
 from ..errors import (EdgeSDKError, MissingDependencyError, RemoteCommandError,
                       RemoteError)
 from .profiles import BoardProfile, get_profile
-from .push import Pushed, push_file
+from .push import Pushed, push_file, push_model_files
 from .cancel import cancel_all, check_cancelled
 from .ssh import DEFAULT_BACKOFF_S, DEFAULT_RETRIES, RetryPolicy
 from .transport import LocalTransport, SSHTransport, Transport
@@ -48,6 +49,7 @@ ModelLike = Union[str, os.PathLike, "Pushed", Any]
 BENCH_TIMEOUT_PAD_S = 600.0        # added to runs/min_seconds for build time (TensorRT engines take minutes)
 
 _agent_lock = threading.Lock()
+_EXTERNAL: Dict[tuple, List[Any]] = {}     # (path, size, mtime) -> the model's external data files
 _agent_path: Dict[str, Path] = {}
 
 
@@ -82,6 +84,22 @@ def _board_error(board: str, payload: Mapping[str, Any], fallback: str) -> EdgeS
         except TypeError:  # a class with another constructor
             pass
     return RemoteCommandError(f"{message} ({err.get('type')})" if err.get("type") else message, hint, board=board)
+
+
+def _check_finite(board: str, command: str, doc: Any, where: str = "") -> None:
+    """Every number of a board's answer is finite (1e999 parses as inf): else ResultFormatError."""
+    import math
+
+    if isinstance(doc, float) and not math.isfinite(doc):
+        raise _errors.ResultFormatError(
+            f"board '{board}': the agent's '{command}' answer holds a non-finite number at {where or 'the top'} "
+            f"({doc})", "the board's agent or runtime is broken: check it with 'sdk boards check'")
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            _check_finite(board, command, v, f"{where}.{k}" if where else str(k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            _check_finite(board, command, v, f"{where}[{i}]")
 
 
 class Board:
@@ -166,21 +184,45 @@ class Board:
         skipped when already there and verified. Returns a :class:`Pushed` handle."""
         if isinstance(model, Pushed):
             return model
-        path = self._local_path(model)
-        return self._retrying(lambda: push_file(self.transport, path, self.workdir, kind=kind,
-                                                progress=self.progress, home_cb=self._set_home))
+        with self._local_path(model) as path:
+            external = self._external_files(path) if kind == "models" else []
+            if external:    # ONNX external data: the model and its files, in one folder on the board
+                return self._retrying(lambda: push_model_files(self.transport, path, self.workdir, external,
+                                                               progress=self.progress, home_cb=self._set_home))
+            return self._retrying(lambda: push_file(self.transport, path, self.workdir, kind=kind,
+                                                    progress=self.progress, home_cb=self._set_home))
 
     @staticmethod
-    def _local_path(model: Any) -> Path:
+    def _external_files(path: Path) -> List[Any]:
+        """``[(location, path)]`` of the files the model loads (ONNX external data), [] for none."""
+        from ..formats import detect_format, get_format
+
+        if not path.is_file():
+            return []
+        st = path.stat()
+        key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+        if key not in _EXTERNAL:
+            _EXTERNAL[key] = get_format(detect_format(path)).external_files(path)
+        return _EXTERNAL[key]
+
+    @staticmethod
+    @contextmanager
+    def _local_path(model: Any) -> Iterator[Path]:
+        """The file to push: the model's own file, or (an in-memory :class:`sdk.Model`) its bytes in
+        a temporary folder removed on every way out, once pushed (nothing is left in $TMPDIR)."""
         if isinstance(model, (str, os.PathLike)):
-            return Path(model)
+            yield Path(model)
+            return
         path = getattr(model, "path", None)   # sdk.Model
         if path is not None and getattr(model, "_proto", None) is None:
-            return Path(path)
+            yield Path(path)
+            return
         if hasattr(model, "to_bytes"):
-            tmp = Path(tempfile.mkdtemp(prefix="edgesdk-push-")) / f"model.{getattr(model, 'format', 'onnx')}"
-            tmp.write_bytes(model.to_bytes())
-            return tmp
+            with tempfile.TemporaryDirectory(prefix="edgesdk-push-") as tmp:
+                file = Path(tmp) / f"model.{getattr(model, 'format', 'onnx')}"
+                file.write_bytes(model.to_bytes())
+                yield file
+            return
         raise _errors.InputError(f"cannot push {type(model).__name__}: give a file path or an sdk.Model")
 
     def _abs(self, path: str) -> str:
@@ -215,7 +257,10 @@ class Board:
         from ..formats import default_target, detect_format
         from ..targets import target_class
 
-        fmt = detect_format(Path(pushed.local_path)) if Path(pushed.local_path).is_file() else "onnx"
+        try:    # the suffix says it (an in-memory model's temporary file is gone once pushed)
+            fmt = detect_format(Path(pushed.local_path))
+        except OSError:
+            fmt = "onnx"
         for name in self.profile.runtime.targets:
             try:
                 if fmt in getattr(target_class(name), "model_formats", ("onnx",)):
@@ -224,21 +269,32 @@ class Board:
                 continue
         return default_target(fmt)
 
+    @property
+    def max_answer_bytes(self) -> int:
+        """The most the host reads of one agent answer (``[connection] max_answer_mb``, MiB)."""
+        return int(float(self.profile.connection.max_answer_mb) * (1 << 20))
+
     def agent(self, command: str, request: Mapping[str, Any], *, timeout_s: float = 600.0) -> Dict[str, Any]:
-        """Run ``<python> <agent.pyz> <command> --request -`` on the board with ``request`` as JSON
-        on stdin; returns the JSON document it printed. Errors become one line naming the board."""
+        """Run ``<python> <agent.pyz> <command> --request - --watch`` on the board with ``request``
+        as one JSON line on stdin, which then stays open (a heartbeat: the agent's watchdog ends the
+        job when this process or its SSH channel goes); returns the JSON document it printed,
+        read up to :attr:`max_answer_bytes`, every number in it finite. Errors become one line
+        naming the board, quoting at most a short excerpt of what it printed."""
         agent = self._ensure_agent()
-        argv = self._python() + [self._abs(agent.remote_path), command, "--request", "-"]
-        body = json.dumps(dict(request)).encode()
-        result = self._retrying(lambda: self.transport.run(argv, timeout_s=timeout_s, input=body))
+        argv = self._python() + [self._abs(agent.remote_path), command, "--request", "-", "--watch"]
+        body = json.dumps(dict(request)).encode() + b"\n"
+        result = self._retrying(lambda: self.transport.run(argv, timeout_s=timeout_s, input=body, hold_stdin=True,
+                                                           max_output_bytes=self.max_answer_bytes))
         text = result.text().strip()
         payload: Any = None
         for candidate in (text, text.splitlines()[-1] if text else ""):
             try:
-                payload = json.loads(candidate)
+                payload = json.loads(candidate)      # NaN/Infinity parse: refused just below
                 break
             except ValueError:
                 continue
+        if payload is not None:
+            _check_finite(self.name, command, payload)
         if result.returncode == 127 or (result.returncode != 0 and payload is None and
                                         b"not found" in result.stderr and not text):
             raise RemoteCommandError(f"'{' '.join(self._python())}' was not found on the board",
@@ -339,6 +395,9 @@ class Board:
                 self.transport.get(out_remote, local)
             finally:
                 self.transport.run(["rm", "-f", out_remote], timeout_s=60)
+            from ..sources import check_array_file
+
+            check_array_file(local)     # a board's outputs are bounded like any input: headers first
             with np.load(local, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
 

@@ -9,7 +9,8 @@ separated, earlier folders win) override packaged ones of the same name. A profi
     aliases = ["jetson-nx"]
     [connection]   host port user identity_file jump known_hosts python workdir cache_max_mb
                    (the board's data cache under <workdir>/data: least recently used files are
-                   evicted above this size; default 1024)
+                   evicted above this size; default 1024) max_answer_mb (the most the host reads
+                   from one agent answer; default 64: a real result is a few MB)
     [runtime]      targets (preference order) precision
     [runtime.<target>]  that target's default options on this board (e.g. tensorrt dla_core,
                    workspace_mib; tflite threads, delegate), under what a caller passes
@@ -65,6 +66,7 @@ class Connection:
     python: str = ""      # empty: the SDK's own interpreter for the local board, python3 over SSH
     workdir: str = "~/edgesdk"
     cache_max_mb: float = 1024.0   # cap of <workdir>/data on the board (LRU eviction)
+    max_answer_mb: float = 64.0    # the most the host reads of one agent answer (stdout), MiB
 
     @property
     def is_local(self) -> bool:
@@ -129,7 +131,7 @@ _TOP = {"name": str, "description": str, "aliases": list}
 _TABLES: Dict[str, Tuple[type, Dict[str, Any]]] = {
     "connection": (Connection, {"host": str, "port": int, "user": str, "identity_file": str, "jump": str,
                                 "known_hosts": str, "python": str, "workdir": str,
-                                "cache_max_mb": (int, float)}),
+                                "cache_max_mb": (int, float), "max_answer_mb": (int, float)}),
     "runtime": (Runtime, {"targets": list, "precision": str}),
     "power": (Power, {"sensors": list, "sysfs_root": str}),
     "hardware": (Hardware, {"gpu_arch": str, "memory_gb": (int, float), "peak_tops": (int, float),

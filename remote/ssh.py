@@ -64,6 +64,9 @@ FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
 KILL_GRACE_S = 2.0                    # between TERM and KILL when a command is stopped on the board
 CANCEL_GRACE_S = 1.0                  # the same after Ctrl-C: the user waits for it (all done within 3 s)
 PGID_WAIT_S = 2.0                     # how long a stopped command's PID report is awaited
+HEARTBEAT_S = 2.0                     # a held stdin gets one byte this often (the agent's watchdog)
+STDERR_KEEP_BYTES = 64 * 1024         # of a command's stderr only the last this many bytes are kept
+EXCERPT_CHARS = 200                   # an error line quotes at most this much of what a board printed
 DEFAULT_RETRIES = 1                   # retries per board, connects and operations together
 DEFAULT_BACKOFF_S = 0.5
 
@@ -314,14 +317,26 @@ class CommandResult:
         return self.stdout.decode("utf-8", "replace")
 
     def error_text(self) -> str:
-        """The last non-empty stderr line (or stdout's), for one-line error messages; a command
-        killed by a signal says which (``killed by signal SIGSEGV``)."""
+        """The last non-empty stderr line (or stdout's), for one-line error messages, at most
+        ``EXCERPT_CHARS`` of it with control characters made visible; a command killed by a
+        signal says which (``killed by signal SIGSEGV``)."""
         status = exit_status_text(self.returncode)
         for blob in (self.stderr, self.stdout):
-            lines = [ln.strip() for ln in blob.decode("utf-8", "replace").splitlines() if ln.strip()]
+            tail = blob[-(EXCERPT_CHARS * 8):].decode("utf-8", "replace")
+            lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
             if lines:
-                return lines[-1] if "signal" not in status else f"{lines[-1]} ({status})"
+                line = excerpt(lines[-1])
+                return line if "signal" not in status else f"{line} ({status})"
         return status
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most ``limit`` characters of ``text`` (``...`` marks a cut), control characters visible."""
+    from ..textsafe import plain
+
+    text = plain(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
 
 
 def exit_status_text(returncode: int) -> str:
@@ -382,6 +397,25 @@ def _strip_pid_report(stderr: bytes, token: str) -> Tuple[bytes, Optional[int]]:
         if m.group(1) == token.encode():
             return stderr[:m.start()] + stderr[m.end():], int(m.group(2))
     return stderr, None
+
+
+def _too_large(board: str, command: str, out: List[bytes], cap: int) -> RemoteCommandError:
+    """The error for an answer over ``cap`` bytes: names the board, quotes the first bytes only."""
+    head = b"".join(out)[:EXCERPT_CHARS * 2].decode("utf-8", "replace")
+    return RemoteCommandError(
+        f"the board's answer exceeded {cap / (1 << 20):g} MiB and was cut off (it starts: {excerpt(head)!r}); "
+        f"command: {excerpt(command, 80)}",
+        "a real result is a few MB: check the board's agent, or raise [connection] max_answer_mb", board=board)
+
+
+def _keep_tail(err: List[bytes], token: str) -> int:
+    """Keep the PID report and the last ``STDERR_KEEP_BYTES`` of ``err`` (in place); returns the size kept."""
+    blob = b"".join(err)
+    m = re.search(rb"\x1eedgesdk-pid " + token.encode() + rb" [0-9]+\n", blob[:4096])
+    head = m.group(0) if m else b""
+    tail = blob[-STDERR_KEEP_BYTES:]
+    err[:] = [head, tail]
+    return len(head) + len(tail)
 
 
 def _kill_group_script(pid: int, grace_s: float = KILL_GRACE_S) -> str:
@@ -702,11 +736,17 @@ class SSHConnection:
         return self.client.get_transport()
 
     def run(self, command: str, *, timeout_s: Optional[float] = DEFAULT_COMMAND_TIMEOUT_S,
-            input: Optional[bytes] = None) -> CommandResult:
+            input: Optional[bytes] = None, hold_stdin: bool = False,
+            max_output_bytes: Optional[int] = None) -> CommandResult:
         """Run ``command`` (already shell-quoted) in the login shell; stdout and stderr are read
         while it runs. Raises :class:`RemoteCommandError` on timeout and :class:`BoardConnectionError`
         if the connection drops. On a timeout or an interrupt (KeyboardInterrupt) the command's
-        process group is stopped on the board (TERM, then KILL) before the channel is closed."""
+        process group is stopped on the board (TERM, then KILL) before the channel is closed.
+
+        ``hold_stdin``: after ``input``, stdin stays open and gets a byte every ``HEARTBEAT_S``
+        (the agent's watchdog: stdin's EOF or silence means this controller is gone).
+        ``max_output_bytes``: a command that prints more on stdout is stopped and the error says
+        so with a short excerpt (stderr: only its last ``STDERR_KEEP_BYTES`` are kept)."""
         paramiko = _paramiko()
         start = time.monotonic()
         out: List[bytes] = []
@@ -719,12 +759,14 @@ class SSHConnection:
                 chan = self._transport().open_session(timeout=self.connect_timeout_s)
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise BoardConnectionError(f"cannot open a session: {exc}", board=self.board) from exc
-            rc = self._drive(chan, command, token, input, timeout_s, start, out, err)
+            rc = self._drive(chan, command, token, input, timeout_s, start, out, err, hold_stdin,
+                             max_output_bytes)
         stderr, _ = _strip_pid_report(b"".join(err), token)
         return CommandResult(command, rc, b"".join(out), stderr, time.monotonic() - start)
 
     def _drive(self, chan: Any, command: str, token: str, input: Optional[bytes], timeout_s: Optional[float],
-               start: float, out: List[bytes], err: List[bytes]) -> int:
+               start: float, out: List[bytes], err: List[bytes], hold_stdin: bool = False,
+               max_output_bytes: Optional[int] = None) -> int:
         """Run ``command`` on ``chan`` to its end; stop it on the board on any way out but its end
         (a timeout, a dropped link, Ctrl-C in this thread, :func:`~sdk.remote.cancel.cancel_all`)."""
         paramiko = _paramiko()
@@ -734,16 +776,32 @@ class SSHConnection:
             chan.exec_command(_with_pid_report(command, token))
             if input:
                 chan.sendall(input)
-            chan.shutdown_write()
+            if not hold_stdin:
+                chan.shutdown_write()
             deadline = start + timeout_s if timeout_s else None
+            size = [0, 0]      # bytes of stdout read, bytes of stderr kept
+            beat = time.monotonic()
             while True:
                 got = False
                 while chan.recv_ready():
                     out.append(chan.recv(1 << 16))
+                    size[0] += len(out[-1])
                     got = True
+                    if max_output_bytes is not None and size[0] > max_output_bytes:
+                        raise _too_large(self.board, command, out, max_output_bytes)
                 while chan.recv_stderr_ready():
                     err.append(chan.recv_stderr(1 << 16))
+                    size[1] += len(err[-1])
                     got = True
+                    if size[1] > 2 * STDERR_KEEP_BYTES:
+                        size[1] = _keep_tail(err, token)
+                if hold_stdin and time.monotonic() - beat >= HEARTBEAT_S and not chan.exit_status_ready():
+                    beat = time.monotonic()
+                    try:
+                        if chan.send_ready():
+                            chan.send(b"\n")
+                    except (OSError, EOFError, paramiko.SSHException):
+                        pass
                 # sshd may send the exit status before the last output: stop only after EOF too
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed) \
                         and not chan.recv_ready() and not chan.recv_stderr_ready():

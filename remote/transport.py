@@ -12,14 +12,16 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from ..errors import BoardConnectionError, RemoteCommandError, TransferError
 from .cancel import cancelled, check_cancelled, in_flight
-from .ssh import CANCEL_GRACE_S, DEFAULT_COMMAND_TIMEOUT_S, KILL_GRACE_S, CommandResult, SSHConnection
+from .ssh import (CANCEL_GRACE_S, DEFAULT_COMMAND_TIMEOUT_S, HEARTBEAT_S, KILL_GRACE_S, STDERR_KEEP_BYTES,
+                  CommandResult, SSHConnection, _too_large)
 
 __all__ = ["Transport", "LocalTransport", "SSHTransport", "quote_command", "CommandResult",
            "stop_process_group"]
@@ -68,6 +70,8 @@ def stop_process_group(proc: "subprocess.Popen[bytes]", grace_s: float = KILL_GR
                     pass
                 break
             time.sleep(0.02)
+    if proc.stdin is not None and proc.stdin.closed:
+        proc.stdin = None    # closed by the caller already (communicate would flush it)
     try:       # a process that left the group may still hold the pipes: do not wait for it
         proc.communicate(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -79,6 +83,40 @@ def stop_process_group(proc: "subprocess.Popen[bytes]", grace_s: float = KILL_GR
         proc.wait(grace_s)
     except subprocess.TimeoutExpired:  # pragma: no cover - unkillable (D state)
         pass
+
+
+class _TooLarge(Exception):
+    """Internal: a local command printed more than its cap (``out``: what was read)."""
+
+    def __init__(self, out: List[bytes]):
+        super().__init__("output over the cap")
+        self.out = out
+
+
+_PRCTL: Dict[str, Any] = {}
+
+
+def _die_with_parent() -> Optional[Callable[[], None]]:
+    """A ``preexec_fn`` that asks Linux to TERM the child when this process goes
+    (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): the local board's shell does not outlive a killed
+    host. libc is looked up here, before the fork; None off Linux."""
+    if "fn" not in _PRCTL:
+        _PRCTL["fn"] = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+                import signal
+
+                prctl = ctypes.CDLL(None, use_errno=True).prctl
+                term = int(signal.SIGTERM)
+
+                def preexec() -> None:
+                    prctl(1, term, 0, 0, 0)          # PR_SET_PDEATHSIG = 1
+                _PRCTL["fn"] = preexec
+            except (OSError, AttributeError):
+                pass
+    fn: Optional[Callable[[], None]] = _PRCTL["fn"]
+    return fn
 
 
 class Transport:
@@ -106,10 +144,15 @@ class Transport:
         pass
 
     def run(self, cmd: Command, *, timeout_s: Optional[float] = DEFAULT_COMMAND_TIMEOUT_S,
-            input: Optional[bytes] = None, check: bool = False) -> CommandResult:
-        """Run ``cmd``; with ``check=True`` a non-zero exit raises :class:`RemoteCommandError`."""
+            input: Optional[bytes] = None, check: bool = False, hold_stdin: bool = False,
+            max_output_bytes: Optional[int] = None) -> CommandResult:
+        """Run ``cmd``; with ``check=True`` a non-zero exit raises :class:`RemoteCommandError`.
+        ``hold_stdin``: stdin stays open after ``input`` with a heartbeat byte every
+        ``HEARTBEAT_S`` s, so the command can tell when its controller is gone (EOF);
+        ``max_output_bytes``: a command printing more on stdout is stopped (RemoteCommandError
+        naming the board, with a short excerpt)."""
         self.round_trips += 1
-        result = self._run(quote_command(cmd), timeout_s, input)
+        result = self._run(quote_command(cmd), timeout_s, input, hold_stdin, max_output_bytes)
         if check and not result.ok:
             raise RemoteCommandError(f"command failed ({result.error_text()}): {result.command[:120]}",
                                      board=self.board)
@@ -137,7 +180,8 @@ class Transport:
         return self.run(["test", "-e", remote]).ok
 
     # -- implementations ------------------------------------------------------------------
-    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes], hold_stdin: bool = False,
+             max_output_bytes: Optional[int] = None) -> CommandResult:
         raise NotImplementedError
 
     def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
@@ -158,18 +202,23 @@ class LocalTransport(Transport):
     def _abs(self, path: str) -> str:
         return os.path.join(self.home, os.path.expanduser(path))
 
-    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes], hold_stdin: bool = False,
+             max_output_bytes: Optional[int] = None) -> CommandResult:
         start = time.monotonic()
         check_cancelled()
         with in_flight():
             proc = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=_die_with_parent())
             try:
-                out, err = self._wait(proc, input, timeout_s, start)
+                out, err = self._wait(proc, input, timeout_s, start, hold_stdin, max_output_bytes)
             except subprocess.TimeoutExpired as exc:
                 stop_process_group(proc)
                 raise RemoteCommandError(f"command timed out after {timeout_s:g} s: {command[:80]}",
                                          "raise the timeout, or check what hangs", board=self.board) from exc
+            except _TooLarge as exc:
+                stop_process_group(proc)
+                raise _too_large(self.board, command, exc.out, max_output_bytes or 0) from None
             except BaseException:     # interrupted (KeyboardInterrupt, cancel_all): leave nothing running
                 stop_process_group(proc, CANCEL_GRACE_S)
                 raise
@@ -177,27 +226,93 @@ class LocalTransport(Transport):
 
     @staticmethod
     def _wait(proc: "subprocess.Popen[bytes]", input: Optional[bytes], timeout_s: Optional[float],
-              start: float) -> Any:
-        """``proc.communicate`` in slices of 0.1 s, so a cancellation is seen at once."""
-        feed: Optional[bytes] = input or b""
+              start: float, hold_stdin: bool = False, max_output_bytes: Optional[int] = None) -> Any:
+        """Feed ``input``, read stdout (at most ``max_output_bytes``) and the tail of stderr in
+        threads, and wait in slices of 0.1 s, so a cancellation is seen at once. ``hold_stdin``:
+        stdin stays open with a heartbeat byte every ``HEARTBEAT_S`` until the command ends."""
+        import threading
+
+        out: List[bytes] = []
+        err: deque = deque()
+        over = threading.Event()
+
+        def read_out() -> None:
+            got = 0
+            assert proc.stdout is not None
+            for chunk in iter(lambda: proc.stdout.read1(1 << 16), b""):   # type: ignore[union-attr,attr-defined]
+                out.append(chunk)
+                got += len(chunk)
+                if max_output_bytes is not None and got > max_output_bytes:
+                    over.set()
+                    return
+
+        def read_err() -> None:
+            kept = 0
+            assert proc.stderr is not None
+            for chunk in iter(lambda: proc.stderr.read1(1 << 16), b""):   # type: ignore[union-attr,attr-defined]
+                err.append(chunk)
+                kept += len(chunk)
+                while kept - len(err[0]) >= STDERR_KEEP_BYTES:
+                    kept -= len(err.popleft())
+
+        readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+        for t in readers:
+            t.start()
+        assert proc.stdin is not None
+        try:
+            if input:
+                proc.stdin.write(input)
+                proc.stdin.flush()
+            if not hold_stdin:
+                proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        beat = time.monotonic()
         while True:
             check_cancelled()
-            left = None if timeout_s is None else timeout_s - (time.monotonic() - start)
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0)
+            if over.is_set():
+                raise _TooLarge(out)
+            if timeout_s is not None and time.monotonic() - start > timeout_s:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s)
             try:
-                return proc.communicate(input=feed, timeout=0.1 if left is None else min(0.1, left))
+                proc.wait(0.1)
+                break
             except subprocess.TimeoutExpired:
-                feed = None      # already handed over: communicate() resumes writing it
-                if left is not None and left <= 0.1 and proc.poll() is None:
-                    raise
+                pass
+            if hold_stdin and time.monotonic() - beat >= HEARTBEAT_S:
+                beat = time.monotonic()
+                try:
+                    proc.stdin.write(b"\n")
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+        try:
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        for t in readers:       # a process that left the group may hold the pipes: do not wait forever
+            t.join(5.0)
+        if over.is_set():
+            raise _TooLarge(out)
+        return b"".join(out), b"".join(err)
 
     def _put(self, local: Path, remote: str, offset: int, progress: Optional[Progress]) -> int:
+        """Never through a link: a new file is created exclusively (``O_EXCL``: an existing name,
+        a link included, is an error), a resumed one is opened with ``O_NOFOLLOW`` and must be a
+        regular file with one link."""
+        import stat as st_
+
         dest = self._abs(remote)
         total = local.stat().st_size
         sent = 0
         try:
-            with open(local, "rb") as src, open(dest, "r+b" if offset else "wb") as dst:
+            flags = os.O_NOFOLLOW | (os.O_RDWR if offset else os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            fd = os.open(dest, flags, 0o644)
+            info = os.fstat(fd)
+            if not st_.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                os.close(fd)
+                raise OSError(0, f"{dest} is not a regular file of its own (a link?)")
+            with open(local, "rb") as src, os.fdopen(fd, "r+b" if offset else "wb") as dst:
                 src.seek(offset)
                 dst.seek(offset)
                 dst.truncate()
@@ -226,6 +341,17 @@ class LocalTransport(Transport):
         return local.stat().st_size
 
 
+def _same_regular_file(sftp: Any, handle: Any, remote: str, board: str) -> None:
+    """The file open as ``handle`` is the regular file at ``remote`` (its lstat: not a link), with
+    the same owner, size and mtime; else :class:`TransferError` (the upload restarts afresh)."""
+    import stat as st_
+
+    opened, named = handle.stat(), sftp.lstat(remote)
+    if not st_.S_ISREG(named.st_mode or 0) or (opened.st_uid, opened.st_size, opened.st_mtime) != \
+            (named.st_uid, named.st_size, named.st_mtime):
+        raise TransferError(f"{remote} on the board is not the regular file it was (a link?)", board=board)
+
+
 class SSHTransport(Transport):
     """A board over SSH. The connection opens lazily (first command) or on ``open()``/``with``."""
 
@@ -247,8 +373,10 @@ class SSHTransport(Transport):
             self._sftp = None
         self.connection.close()
 
-    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes]) -> CommandResult:
-        return self.connection.run(command, timeout_s=timeout_s, input=input)
+    def _run(self, command: str, timeout_s: Optional[float], input: Optional[bytes], hold_stdin: bool = False,
+             max_output_bytes: Optional[int] = None) -> CommandResult:
+        return self.connection.run(command, timeout_s=timeout_s, input=input, hold_stdin=hold_stdin,
+                                   max_output_bytes=max_output_bytes)
 
     def sftp(self):
         if self._sftp is None or self._sftp.sock.closed or not self.connection.connected:
@@ -283,8 +411,11 @@ class SSHTransport(Transport):
 
         sent = 0
         sftp = self.sftp()
-        with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wb") as dst:
+        # a new part is created exclusively (never through a name planted before it); a resumed
+        # one must be the regular file at its name once opened (not a link to elsewhere)
+        with open(local, "rb") as src, sftp.open(remote, "r+b" if offset else "wxb") as dst:
             if offset:
+                _same_regular_file(sftp, dst, remote, self.board)
                 dst.truncate(offset)
             src.seek(offset)
             pos = offset

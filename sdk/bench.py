@@ -17,7 +17,11 @@ from .result import LatencyStats, SpeedProbe
 from .speedprobe import WORKLOAD, clocks_and_temp, probe_workload, time_probe
 from .stats import min_runs_for, quantile_ci
 
-__all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop", "cpu_schedstat", "cpu_wait_pct"]
+__all__ = ["LatencyStats", "LatencyRun", "measure_latency", "EarlyStop", "cpu_schedstat", "cpu_wait_pct", "MAX_RUNS"]
+
+#: The most runs (and warm-up runs) one measurement takes, and the most samples it keeps: a run
+#: stops here even before ``min_seconds`` (about 32 MB of samples); ``--runs`` above it is refused.
+MAX_RUNS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,9 @@ def measure_latency(
     """
     if warmup < 0 or min_runs < 1 or min_seconds < 0:
         raise InputError("warmup must be >= 0, runs >= 1 and min seconds >= 0")
+    if min_runs > MAX_RUNS or warmup > MAX_RUNS:
+        raise InputError(f"runs and warmup must be <= {MAX_RUNS:,} (a run keeps every sample)",
+                         "measure longer with --min-seconds instead; a run stops at that many samples")
     if early_stop is not None:
         min_runs = max(min_runs, early_stop.min_runs)
     next_check = min_runs
@@ -142,8 +149,8 @@ def measure_latency(
                 if early_stop.satisfied(samples):
                     break
                 next_check = n + max(10, n // 10)
-        if (max_runs is not None and n >= max_runs) or t1 >= hard_stop:
-            break
+        if (max_runs is not None and n >= max_runs) or t1 >= hard_stop or n >= MAX_RUNS:
+            break     # MAX_RUNS: sample retention is bounded
     end = perf()
     end_mono = begin_mono + (end - begin)
     wait = cpu_wait_pct(sched0, cpu_schedstat())

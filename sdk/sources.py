@@ -49,6 +49,9 @@ Feed = Dict[str, np.ndarray]
 Sample = Tuple[Feed, Optional[np.ndarray]]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+#: The most one compressed ``.npz`` member may inflate to (MiB; ``EDGESDK_MAX_INFLATED_MB``): a
+#: small file declaring GBs of zeros is refused from its headers before anything is read.
+MAX_INFLATED_MB = 1024
 LABEL_KEYS = ("y", "labels", "label")
 
 
@@ -255,6 +258,54 @@ def _load_member(path: Path, member: str) -> np.ndarray:
         return arr
 
 
+def _max_inflated_bytes() -> int:
+    try:
+        return int(float(os.environ.get("EDGESDK_MAX_INFLATED_MB", MAX_INFLATED_MB)) * (1 << 20))
+    except ValueError:
+        return MAX_INFLATED_MB << 20
+
+
+def check_array_file(path: Union[str, "os.PathLike[str]"]) -> None:
+    """Refuse, from the headers alone, an array file that is not what it says: not a regular file
+    (a FIFO would block the reader), an ``.npz`` member that inflates past ``MAX_INFLATED_MB`` or
+    whose ``.npy`` header declares more bytes than the member holds, a ``.npy`` declaring more than
+    the file holds, or an object (pickle) array. Every reader calls it before loading: bench,
+    validate, quantize, robustness, the board agent and the host reading a board's outputs."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"'{p}' is not a regular file (a folder, a pipe, a socket or a device)",
+                         "give a .npy/.npz file")
+    if p.suffix == ".npz" or zipfile.is_zipfile(str(p)):
+        cap = _max_inflated_bytes()
+        try:
+            with zipfile.ZipFile(str(p)) as zf:
+                for info in zf.infolist():
+                    where = f"{p}[{info.filename}]"
+                    if info.compress_type != zipfile.ZIP_STORED and info.file_size > cap:
+                        raise InputError(f"{where} inflates to {info.file_size / (1 << 20):.0f} MiB from "
+                                         f"{info.compress_size / (1 << 20):.1f} MiB, over the "
+                                         f"{cap >> 20} MiB limit", "set EDGESDK_MAX_INFLATED_MB to allow it")
+                    if info.filename.endswith(".npy"):
+                        with zf.open(info) as f:
+                            _check_declared(f, where, info.file_size)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise InputError(f"cannot read data file '{p}': {exc}") from exc
+    elif p.suffix == ".npy":
+        with open(str(p), "rb") as f:
+            _check_declared(f, str(p), p.stat().st_size)
+
+
+def _check_declared(f: Any, where: str, size: int) -> None:
+    shape, _fortran, dtype, _ = _read_npy_header(f, where)
+    if dtype.hasobject:
+        raise InputError(f"{where} holds Python objects (a pickle), which are never loaded",
+                         "save plain numeric arrays (np.save with a numeric dtype)")
+    declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if shape else dtype.itemsize
+    if declared > size:
+        raise InputError(f"{where} declares {format_shape(shape)} {dtype} ({declared / (1 << 20):.1f} MiB) but "
+                         f"holds {size / (1 << 20):.1f} MiB: truncated or forged", "save the array again")
+
+
 def _read_npy_header(f: Any, where: str) -> Tuple[Tuple[int, ...], bool, np.dtype, Optional[int]]:
     fmt = np.lib.format
     try:
@@ -263,7 +314,7 @@ def _read_npy_header(f: Any, where: str) -> Tuple[Tuple[int, ...], bool, np.dtyp
             shape, fortran, dtype = fmt.read_array_header_1_0(f)
         else:
             shape, fortran, dtype = fmt.read_array_header_2_0(f)
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, SyntaxError) as exc:
         raise InputError(f"cannot read '{where}': {exc}") from exc
     return shape, fortran, np.dtype(dtype), None
 
@@ -380,11 +431,17 @@ class ArraySource(Source):
         self.constants: List[Dict[str, np.ndarray]] = []
         if not self.path.exists():
             raise InputError(f"data path '{self.path}' does not exist")
+        self.warnings: List[str] = []
         if self.path.is_dir():
             try:
-                self.files = sorted(f for f in self.path.iterdir() if f.suffix in (".npy", ".npz"))
+                named = sorted(f for f in self.path.iterdir() if f.suffix in (".npy", ".npz"))
             except OSError as exc:
                 raise InputError(f"cannot read data folder '{self.path}': {exc}") from exc
+            self.files = [f for f in named if f.is_file()]     # a FIFO, socket or device would hang or lie
+            for f in named:
+                if not f.is_file():
+                    self.warnings.append(f"skipped '{f}': not a regular file")
+                    _warn(self.warnings[-1])
             if not self.files:
                 raise InputError(f"data folder '{self.path}' holds no .npy or .npz files")
         else:
@@ -392,6 +449,8 @@ class ArraySource(Source):
                 raise InputError(f"unsupported data file '{self.path}'", "use .npy or .npz, or a folder of images")
             self.files = [self.path]
         self._label_key = label_key
+        for f in self.files:
+            check_array_file(f)
         self._plans = [self._plan(f) for f in self.files]
         if any(not rows for rows, _, _ in self._plans):
             raise InputError(f"data '{self.path}': every input is a value or has no sample axis",
@@ -717,6 +776,16 @@ def _preprocess_value(key: str, value: str) -> Any:
     if key == "pad_value":
         return int(value)
     return value
+
+
+def _warn(message: str) -> None:
+    """One ``warning: ...`` line on stderr (a data file that was skipped)."""
+    import sys
+
+    from .textsafe import plain
+
+    sys.stderr.write(f"warning: {plain(message)}\n")
+    sys.stderr.flush()
 
 
 def _read_toml(p: Path) -> Dict[str, Any]:

@@ -26,7 +26,8 @@ __all__ = ["build_zipapp", "agent_sources", "AGENT_PREFIX", "CORE_MODULES"]
 AGENT_PREFIX = "edgesdk-agent-"
 #: Core modules of ``sdk`` the board needs (the CLI and host-only modules stay home).
 CORE_MODULES = ("__init__", "_lazy", "registry", "atomic", "config", "digest", "errors", "tensors", "stats", "result",
-                "bench", "speedprobe", "data", "sources", "probe", "hostinfo", "preprocess", "metrics", "model")
+                "bench", "speedprobe", "data", "sources", "textsafe", "probe", "hostinfo", "preprocess", "metrics",
+                "model")
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _SHEBANG = b"#!/usr/bin/env python3\n"
 _MAIN = (

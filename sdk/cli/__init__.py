@@ -3,14 +3,15 @@
 Each command group lives in its own module with a ``register(app)`` function, listed in
 ``COMMAND_MODULES``. Errors from the SDK's exception tree, usage errors and anything unexpected
 become one ``error:`` line on stderr and exit code 2; ``--debug`` shows the traceback (and the
-third-party log lines) instead. Ctrl-C stops the board jobs and exits 130.
+third-party log lines) instead. Ctrl-C stops the board jobs and exits 130; SIGTERM and SIGHUP
+do the same and exit 143 and 129 (temporary files are removed on the way out, as for Ctrl-C).
 """
 from __future__ import annotations
 
 import importlib
 import os
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 COMMAND_MODULES = [
     "sdk.cli.model_cmds",    # inspect
@@ -166,9 +167,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         code = _run(argv, debug)
     except KeyboardInterrupt:
         _stop_boards()
-        sys.stderr.write("interrupted\n")
+        signum = _SIGNALLED.get("signum") or 2
+        sys.stderr.write({15: "terminated (SIGTERM)\n", 1: "hangup (SIGHUP)\n"}.get(signum, "interrupted\n"))
         sys.stderr.flush()
-        code = 130
+        code = 128 + signum
     finally:
         _restore_sigint(previous)
     sys.exit(code)
@@ -240,33 +242,39 @@ def _usage_text(exc: Any) -> str:
     return f"{msg} (see {where})"
 
 
+_SIGNALLED: Dict[str, int] = {}
+
+
 def _install_sigint() -> Any:
-    """Ctrl-C: the first SIGINT cancels every board job (:func:`sdk.remote.cancel.cancel_all`
-    sets the flag; each job stops its board processes, TERM then KILL) and raises
-    KeyboardInterrupt here; a second one while that cleanup runs is ignored, so it completes
-    (bounded: about 3 s)."""
+    """Ctrl-C, SIGTERM (``timeout``, CI cancels) and SIGHUP (a closed terminal or SSH session):
+    the first one cancels every board job (:func:`sdk.remote.cancel.cancel_all` sets the flag;
+    each job stops its board processes, TERM then KILL) and raises KeyboardInterrupt here, so
+    every ``finally`` runs (temporary files removed); a second one while that cleanup runs is
+    ignored, so it completes (bounded: about 3 s). The exit code is 128 + the signal number."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
+    _SIGNALLED.clear()
 
     def handler(signum: int, frame: Any) -> None:
         cancel = sys.modules.get("sdk.remote.cancel")
+        if cancel is not None and cancel.cancelled():
+            return                          # already stopping: let the cleanup finish
+        _SIGNALLED.setdefault("signum", int(signum))
         if cancel is not None:
-            if cancel.cancelled():
-                return                      # already stopping: let the cleanup finish
             cancel.cancel_all(wait_s=0)
         raise KeyboardInterrupt
 
-    return signal.signal(signal.SIGINT, handler)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 
 def _restore_sigint(previous: Any) -> None:
     import signal
 
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _stop_boards() -> None:

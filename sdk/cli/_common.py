@@ -11,27 +11,50 @@ STATE: Dict[str, Any] = {"debug": False}
 _consoles: Dict[str, Any] = {}
 
 
+def _safe_console(**kw: Any) -> Any:
+    """A rich Console whose tables fit the width (:class:`~sdk.cli._layout.FittingConsole`) and
+    that cannot be driven by the text it prints: markup is OFF unless a call
+    asks for it (``markup=True``: then names inside go through :func:`sdk.textsafe.inert`, or
+    the string is built with :func:`styled`), and every string it renders (messages, table
+    cells) has its control characters made visible (:func:`sdk.textsafe.plain`)."""
+    from ..textsafe import plain
+    from ._layout import FittingConsole  # tables that fit 80 columns and a pipe
+
+    class SafeConsole(FittingConsole):
+        def render_str(self, text: str, *args: Any, **kwargs: Any) -> Any:
+            return super().render_str(plain(text, keep_newlines=True), *args, **kwargs)
+
+    return SafeConsole(highlight=False, markup=False, **kw)
+
+
 def console() -> Any:
     if "out" not in _consoles:
-        from ._layout import FittingConsole  # tables that fit 80 columns and a pipe
-
-        _consoles["out"] = FittingConsole(highlight=False)
+        _consoles["out"] = _safe_console()
     return _consoles["out"]
 
 
 def err_console() -> Any:
     if "err" not in _consoles:
-        from ._layout import FittingConsole
-
-        _consoles["err"] = FittingConsole(stderr=True, highlight=False)
+        _consoles["err"] = _safe_console(stderr=True)
     return _consoles["err"]
 
 
-def error_line(exc: BaseException) -> None:
-    """Print ``error: <message> (<hint>)`` as one line on stderr, no markup interpretation."""
-    import re
+def styled(markup: str) -> Any:
+    """Our own markup (``"[green]PASS[/green] " + inert(name)``) as a rich Text, for a table cell or
+    a print on the markup-off consoles; every untrusted part must already be :func:`inert`."""
+    from rich.text import Text
 
-    text = re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]", "", str(exc)).replace("\n", " ").strip()  # no raw escapes
+    from ..textsafe import plain
+
+    return Text.from_markup(plain(markup, keep_newlines=True))
+
+
+def error_line(exc: BaseException) -> None:
+    """Print ``error: <message> (<hint>)`` as one line on stderr, no markup interpretation and no
+    control character (a name from a model or a board cannot move the cursor or retitle the window)."""
+    from ..textsafe import plain
+
+    text = plain(str(exc).replace("\n", " ").strip())
     sys.stderr.write(f"error: {text}\n")
     sys.stderr.flush()
 
@@ -100,9 +123,23 @@ def write_text_atomic(path: Union[str, Path], text: str, option: str = "output")
                          "check the path and free space") from exc
 
 
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN/Infinity (not JSON: a board or a bug may produce one) as null."""
+    import math
+
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def write_json(path: Optional[str], data: Any, option: str = "--json") -> None:
-    """Write ``data`` to ``path`` atomically ('-' means stdout); no parent folder is created."""
-    text = json.dumps(data, indent=2, sort_keys=False, default=str)
+    """Write ``data`` to ``path`` atomically ('-' means stdout); no parent folder is created.
+    Strict JSON: a non-finite number is written as null, never as ``NaN``/``Infinity``."""
+    text = json.dumps(json_safe(data), indent=2, sort_keys=False, default=str, allow_nan=False)
     if path in (None, "-"):
         sys.stdout.write(text + "\n")
         return

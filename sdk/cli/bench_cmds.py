@@ -164,7 +164,7 @@ def targets_cmd(
     """List targets: available here or not (and why), runtime version."""
     from ..targets import target_class, target_names
     from ..errors import EdgeSDKError
-    from ._common import console, write_json
+    from ._common import console, styled, write_json
 
     rows: List[Dict[str, Any]] = []
     for name in target_names():
@@ -187,5 +187,6 @@ def targets_cmd(
     for r in rows:
         notes = r["reason"] or ", ".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}"
                                          for k, v in r["details"].items()) or r["description"]
-        t.add_row(r["name"], "[green]yes[/green]" if r["available"] else "[red]no[/red]", r["version"] or "-", notes)
+        t.add_row(r["name"], styled("[green]yes[/green]" if r["available"] else "[red]no[/red]"), r["version"] or "-",
+                  notes)
     console().print(t)

@@ -99,7 +99,8 @@ def print_paired(cmp: Any, a: str, b: str) -> None:
 def _print(cmp: Any, a: str, b: str) -> None:
     from rich.table import Table
 
-    from ._common import console, fmt_ci, fmt_ms
+    from ..textsafe import inert
+    from ._common import console, fmt_ci, fmt_ms, styled
 
     c = console()
     t = Table(title=f"B = {b} vs A = {a}")
@@ -108,7 +109,7 @@ def _print(cmp: Any, a: str, b: str) -> None:
     for ch in cmp.changes:
         interval = "-" if ch.change_ci_pct is None else f"[{ch.change_ci_pct[0]:+.1f}, {ch.change_ci_pct[1]:+.1f}] %"
         color = {"slower": "red", "faster": "green"}.get(ch.verdict, "")
-        verdict = f"[{color}]{ch.verdict}[/{color}]" if color else ch.verdict
+        verdict = f"[{color}]{ch.verdict}[/{color}]" if color else inert(ch.verdict)
         if ch.stat == "mean":
             verdict = "- (no interval)"
         elif ch.stat not in cmp.decide_on:
@@ -116,13 +117,14 @@ def _print(cmp: Any, a: str, b: str) -> None:
         elif cmp.inconclusive:
             verdict += " (inconclusive)"
         t.add_row(ch.stat, fmt_ms(ch.a_ms), fmt_ci(ch.a_ci, ch.stat) if ch.stat != "mean" else "-", fmt_ms(ch.b_ms),
-                  fmt_ci(ch.b_ci, ch.stat) if ch.stat != "mean" else "-", f"{ch.change_pct:+.1f} %", interval, verdict)
+                  fmt_ci(ch.b_ci, ch.stat) if ch.stat != "mean" else "-", f"{ch.change_pct:+.1f} %", interval,
+                  styled(verdict))
     if c.is_terminal:
         c.print(t)
     else:  # piped or in CI: do not squeeze the table into 80 columns
-        from rich.console import Console
+        from ._common import _safe_console
 
-        Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
+        _safe_console(width=max(c.width, 132), file=c.file).print(t)
     if cmp.throughput_change_pct is not None:
         c.print(f"throughput: {cmp.a.stats.throughput_ips:.1f} -> {cmp.b.stats.throughput_ips:.1f} inf/s "
                 f"({cmp.throughput_change_pct:+.1f} %)")
@@ -130,10 +132,10 @@ def _print(cmp: Any, a: str, b: str) -> None:
         c.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
     on = ", ".join(cmp.decide_on)
     if cmp.inconclusive:
-        c.print(f"[yellow]INCONCLUSIVE[/yellow]: {'; '.join(cmp.inconclusive_reasons)}: no regression can be "
-                "called; rerun on a quiet machine", soft_wrap=True)
+        c.print(f"[yellow]INCONCLUSIVE[/yellow]: {inert('; '.join(cmp.inconclusive_reasons))}: no regression can be "
+                "called; rerun on a quiet machine", markup=True, soft_wrap=True)
     elif cmp.regression:
-        c.print(f"[red]REGRESSION[/red]: B is significantly slower on {on} (intervals apart, beyond "
-                f"{cmp.threshold_pct:g} %)", soft_wrap=True)
+        c.print(f"[red]REGRESSION[/red]: B is significantly slower on {inert(on)} (intervals apart, beyond "
+                f"{cmp.threshold_pct:g} %)", markup=True, soft_wrap=True)
     else:
         c.print(f"no regression on {on} (threshold {cmp.threshold_pct:g} %)", soft_wrap=True)

@@ -34,8 +34,11 @@ def inspect_cmd(
         return
     from rich.table import Table
 
+    from ..textsafe import inert
+
     c = console()
-    c.print(f"[bold]{info['path']}[/bold]  {info['format']}  {info['size_bytes'] / 1e6:.2f} MB  sha256 {info['sha256'][:16]}…")
+    c.print(f"[bold]{inert(info['path'])}[/bold]  {info['format']}  {info['size_bytes'] / 1e6:.2f} MB  "
+            f"sha256 {info['sha256'][:16]}…", markup=True)
     _print_facts(c, info)
     for kind in ("inputs", "outputs"):
         t = Table(title=kind)

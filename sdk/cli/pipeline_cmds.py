@@ -48,5 +48,7 @@ def run_pipeline_cmd(kind: str, model: str, *, data: Optional[str], target: str,
         from ..reports.perf_html import pipeline_html
 
         Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(pipeline_html(doc), encoding="utf-8")
+        from ._common import write_text_atomic
+
+        write_text_atomic(report, pipeline_html(doc), "--report")
         c.print(f"wrote {report}")

@@ -60,7 +60,9 @@ def profile_cmd(
         from ..reports.perf_html import profile_html
 
         Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(profile_html(doc), encoding="utf-8")
+        from ._common import write_text_atomic
+
+        write_text_atomic(report, profile_html(doc), "--report")
         console().print(f"wrote {report}")
 
 

@@ -127,6 +127,7 @@ def _sample_axes(model: str, items: Optional[List[str]]) -> Any:
 
 
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
+    from ..textsafe import inert
     from ._common import console
 
     c = console()
@@ -136,13 +137,13 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         how += f" on {cal['executor']}, {cal['workers']} workers"
     c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
     if cal.get("skipped"):
-        c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")
+        c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]", markup=True)
     lay = rep["layers"]
     c.print(f"quantized {lay['quantized']} of {lay['quantizable']} layers, {lay['activations_with_qdq']} activations, "
             f"{lay['weights']} of {lay['weights_total']} weights; bias correction on "
             f"{rep['bias_correction']['corrected_layers']} layers")
     for w in rep["warnings"]:
-        c.print(f"[yellow]warning:[/yellow] {w}", markup=True)
+        c.print(f"[yellow]warning:[/yellow] {inert(w)}", markup=True)
     acc = rep.get("accuracy")
     if acc:
         for name, m in acc["outputs"].items():

@@ -32,11 +32,12 @@ def boards_list_cmd(
     if ctx.invoked_subcommand is not None:
         return
     from ..remote.profiles import list_profiles, profile_problems
+    from ..textsafe import plain
     from ._common import console, write_json
 
     profiles = list_profiles()
     for problem in profile_problems():     # a broken profile fails only its own board: warn here
-        sys.stderr.write(f"warning: {' '.join(str(problem).split())} (this board is unusable until fixed)\n")
+        sys.stderr.write(f"warning: {plain(' '.join(str(problem).split()))} (this board is unusable until fixed)\n")
     if json_out:
         write_json(None, [p.to_dict() for p in profiles.values()])
         return
@@ -151,6 +152,17 @@ def boards_check_cmd(
     console().print(t)
     if json_path:
         write_json(json_path, facts)
+
+
+def _open_new(path: str) -> Any:
+    """``path`` opened for writing as a new regular file: a link at that name is replaced (as an
+    atomic rename would), never written through."""
+    import os
+
+    if os.path.islink(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 class _Uploads:
@@ -359,7 +371,9 @@ def push_cmd(
         from ..reports.perf_html import bench_html
 
         Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(bench_html(out), encoding="utf-8")
+        from ._common import write_text_atomic
+
+        write_text_atomic(report, bench_html(out), "--report")
         if json_path != "-":
             c.print(f"wrote {report}")
     failed = [fr.board for fr in results if not fr.ok]
@@ -472,7 +486,7 @@ class FleetStream:
             from pathlib import Path
 
             Path(self.json_path).parent.mkdir(parents=True, exist_ok=True)
-            self.lines = open(self.json_path, "w", encoding="utf-8")
+            self.lines = _open_new(self.json_path)
 
     def _print(self, cells: List[str], header: bool = False) -> None:
         widths = [6] + [w for _, w in self.columns]
@@ -488,7 +502,9 @@ class FleetStream:
             self.done += 1
             self._print([str(self.done)] + self.row(fr))
             if self.json_path:
-                line = json.dumps(self.doc(fr), default=str)
+                from ._common import json_safe
+
+                line = json.dumps(json_safe(self.doc(fr)), default=str, allow_nan=False)
                 if self.lines is not None:
                     self.lines.write(line + "\n")
                     self.lines.flush()

@@ -15,7 +15,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _progress(msg: str) -> None:
-    sys.stderr.write(f"{msg}\n")
+    from ..textsafe import plain
+
+    sys.stderr.write(f"{plain(msg)}\n")
     sys.stderr.flush()
 
 
@@ -146,37 +148,38 @@ def _print_summary_table(c: Any, result: Any) -> None:
     """One row per board: verdict, latency, throughput, power, top-1, cosine, check counts."""
     from rich.table import Table
 
-    from ._common import fmt_ms
+    from ._common import fmt_ms, styled
 
     t = Table(title=f"validate {result.model.get('name')}")
     for col in ("board", "verdict", "p50 ms", "p99 ms", "inf/s", "W", "top-1", "cosine", "pass/fail/skip"):
         t.add_column(col, justify="left" if col in ("board", "verdict") else "right", no_wrap=True)
     for r in result.summary_rows():
-        verdict = "[green]PASS[/green]" if r["verdict"] == "pass" else "[red]FAIL[/red]"
+        verdict = styled("[green]PASS[/green]" if r["verdict"] == "pass" else "[red]FAIL[/red]")
         t.add_row(r["board"], verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
                   _num(r["mean_w"], "{:.2f}"), _num(r["top1"], "{:.4f}"), _num(r["cosine"], "{:.5f}"),
                   f"{r['passed']}/{r['failed']}/{r['skipped']}")
     if c.is_terminal:
         c.print(t)
     else:  # piped or in CI: do not squeeze the table into 80 columns
-        from rich.console import Console
+        from ._common import _safe_console
 
-        Console(width=max(c.width, 132), highlight=False, file=c.file).print(t)
+        _safe_console(width=max(c.width, 132), file=c.file).print(t)
 
 
 def _print_board_failures(c: Any, b: Any) -> None:
     """A board's noise notes, the stage it failed in (and the checks lost with it), its failed checks."""
+    from ..textsafe import inert
     from ._common import noise_lines
 
     for line in noise_lines(b.board, b.bench) if b.bench is not None else ():
         c.print(line, markup=False, highlight=False, soft_wrap=True)
     if b.error:
-        c.print(f"[red]FAIL[/red] {b.board}: the board failed during {b.failed_stage}: {b.error}",
+        c.print(f"[red]FAIL[/red] {inert(b.board)}: the board failed during {b.failed_stage}: {inert(b.error)}",
                 markup=True, highlight=False, soft_wrap=True)
         lost = [chk.name for chk in b.checks if chk.verdict == "fail" and chk.reason.startswith("board failed")]
         lost = [n for n in lost if n != "board.run"]
         if lost:
-            c.print(f"[red]FAIL[/red] {b.board}: so these checks fail too: {', '.join(lost)}",
+            c.print(f"[red]FAIL[/red] {inert(b.board)}: so these checks fail too: {inert(', '.join(lost))}",
                     markup=True, highlight=False, soft_wrap=True)
     for chk in b.checks:
         if chk.verdict == "fail" and not (b.error and chk.reason.startswith("board failed")):
@@ -184,28 +187,33 @@ def _print_board_failures(c: Any, b: Any) -> None:
 
 
 def _failed_check_line(board: str, chk: Any) -> str:
-    """``FAIL board: name measured X unit (limit <= Y unit): reason``."""
+    """``FAIL board: name measured X unit (limit <= Y unit): reason`` (markup; names made inert)."""
+    from ..textsafe import inert
+
     unit = f" {chk.unit}" if chk.unit else ""
     measured = "" if chk.measured is None else \
         f" measured {_num(chk.measured, '{:.4g}') if isinstance(chk.measured, float) else chk.measured}{unit}"
     limit = "" if chk.limit is None else f" (limit {chk.op} {chk.limit}{(' ' + chk.unit) if chk.unit else ''})".replace("  ", " ")
-    return f"[red]FAIL[/red] {board}: {chk.name}{measured}{limit}" + (f": {chk.reason}" if chk.reason else "")
+    return (f"[red]FAIL[/red] {inert(board)}: {inert(chk.name)}{inert(measured)}{inert(limit)}"
+            + (f": {inert(chk.reason)}" if chk.reason else ""))
 
 
 def _print_verdict(c: Any, result: Any) -> None:
     """The GO / NO-GO line; a GO with unverified budgets lists each of them."""
-    line = result.summary_line()
+    from ..textsafe import inert
+
+    line = inert(result.summary_line())
     if result.verdict == "pass" and result.not_verified():
-        c.print(f"[yellow]{line}[/yellow]", soft_wrap=True)
+        c.print(f"[yellow]{line}[/yellow]", markup=True, soft_wrap=True)
         for b in result.boards:
             for chk in b.checks:
                 if chk.verdict == "skip":
-                    c.print(f"[yellow]NOT VERIFIED[/yellow] {b.board}: {chk.name}: {chk.reason}",
+                    c.print(f"[yellow]NOT VERIFIED[/yellow] {inert(b.board)}: {inert(chk.name)}: {inert(chk.reason)}",
                             markup=True, highlight=False, soft_wrap=True)
     else:
         color = "green" if result.verdict == "pass" else "red"
         head, sep, rest = line.partition(":")
-        c.print(f"[{color}]{head}[/{color}]{sep}{rest}", soft_wrap=True)
+        c.print(f"[{color}]{head}[/{color}]{sep}{rest}", markup=True, soft_wrap=True)
 
 
 def robustness_cmd(
@@ -256,6 +264,7 @@ def robustness_cmd(
 def _print_robustness(out: Any) -> None:
     from rich.table import Table
 
+    from ..textsafe import inert
     from ._common import console
 
     rob = out["robustness"]
@@ -276,4 +285,5 @@ def _print_robustness(out: Any) -> None:
     c.print(t)
     for chk in out["checks"]:
         color = "green" if chk["verdict"] == "pass" else ("red" if chk["verdict"] == "fail" else "yellow")
-        c.print(f"[{color}]{chk['verdict'].upper()}[/{color}] {chk['name']}: {chk.get('reason') or ''}")
+        c.print(f"[{color}]{chk['verdict'].upper()}[/{color}] {inert(chk['name'])}: {inert(chk.get('reason') or '')}",
+                markup=True)

@@ -7,7 +7,7 @@ entry-point group ``edgesdk.formats``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ModelFormatError, UnknownNameError, UnsupportedModelError
 from ..registry import Registry
@@ -78,6 +78,12 @@ class ModelFormat:
 
     def fold_constants(self, model: "Model") -> "Model":
         raise UnsupportedModelError(f"fold_constants() works on ONNX models, not {self.name}")
+
+    def external_files(self, path: Path) -> List[Tuple[str, Path]]:
+        """The files the model file ``path`` loads besides itself, as ``(location relative to
+        its folder, path)`` (ONNX external data); a reference outside the folder is a
+        :class:`~sdk.errors.ModelFormatError`. Most formats are one file: ``[]``."""
+        return []
 
 
 def get_format(name: str) -> ModelFormat:

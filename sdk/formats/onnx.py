@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import InputError, InvalidModelError, MissingDependencyError, ModelError, ModelFormatError, first_line
 from ..tensors import TensorSpec, check_input_names, format_shape
@@ -86,6 +87,32 @@ class OnnxFormat(ModelFormat):
 
     def serialize(self, model: "Model") -> bytes:
         return bytes(model.proto.SerializeToString())
+
+    def external_files(self, path: Path) -> List[Tuple[str, Path]]:
+        """The external data files of the model at ``path`` (read without loading the data):
+        each ``location`` must name a regular file inside the model's folder."""
+        onnx = _onnx()
+        from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception:  # noqa: BLE001 - not readable: it loads nothing else (parse() says why, if asked)
+            return []
+        folder = path.resolve().parent
+        out: Dict[str, Path] = {}
+        for tensor in _get_all_tensors(proto):
+            if not uses_external_data(tensor):
+                continue
+            location = ExternalDataInfo(tensor).location
+            target = (folder / location).resolve()
+            if Path(location).is_absolute() or ".." in Path(location).parts or folder not in target.parents:
+                raise ModelFormatError(f"'{path.name}': external data '{location}' lies outside the model's folder",
+                                       "keep the data files next to the model, inside its folder")
+            if not target.is_file():
+                raise ModelFormatError(f"'{path.name}': its external data file '{location}' does not exist "
+                                       "(or is not a regular file)", "keep the data files next to the model")
+            out[Path(location).as_posix()] = target
+        return sorted(out.items())
 
     def validate(self, model: "Model") -> None:
         onnx = _onnx()

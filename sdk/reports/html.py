@@ -8,7 +8,7 @@ robustness sweep, and the device facts and versions. :func:`robustness_html` ren
 from __future__ import annotations
 
 import math
-from html import escape
+from .svg import escape   # html.escape of text XML can hold (control characters made visible)
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import svg

@@ -6,6 +6,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any, Dict, Sequence
 
+from ..textsafe import xml_text
+
 __all__ = ["validation_junit", "robustness_junit"]
 
 
@@ -26,25 +28,31 @@ def _message(check: Dict[str, Any]) -> str:
     return "; ".join(parts) or check.get("verdict", "")
 
 
+def _el(parent: ET.Element, tag: str, text: Any = None, **attrs: Any) -> ET.Element:
+    """A child element whose attributes and text hold only characters XML can hold (a check name
+    from a hostile model may carry ESC or NUL: written as ``\x1b``, never raw)."""
+    el = ET.SubElement(parent, tag, {k: xml_text(v) for k, v in attrs.items()})
+    if text is not None:
+        el.text = xml_text(text)
+    return el
+
+
 def _suite(root: ET.Element, name: str, classname: str, checks: Sequence[Dict[str, Any]], seconds: float, error: Any = None) -> None:
     failures = sum(1 for c in checks if c["verdict"] == "fail")
     skipped = sum(1 for c in checks if c["verdict"] == "skip")
-    suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(checks)), failures=str(failures),
-                          errors="0", skipped=str(skipped), time=f"{seconds:.3f}")
+    suite = _el(root, "testsuite", name=name, tests=str(len(checks)), failures=str(failures),
+                errors="0", skipped=str(skipped), time=f"{seconds:.3f}")
     for c in checks:
-        case = ET.SubElement(suite, "testcase", name=c["name"], classname=classname, time="0")
+        case = _el(suite, "testcase", name=c["name"], classname=classname, time="0")
         msg = _message(c)
         if c["verdict"] == "fail":
-            el = ET.SubElement(case, "failure", message=msg, type="CheckFailed")
-            el.text = msg
+            _el(case, "failure", msg, message=msg, type="CheckFailed")
         elif c["verdict"] == "skip":
-            ET.SubElement(case, "skipped", message=msg)
+            _el(case, "skipped", message=msg)
         else:
-            out = ET.SubElement(case, "system-out")
-            out.text = msg
+            _el(case, "system-out", msg)
     if error:
-        err = ET.SubElement(suite, "system-err")
-        err.text = str(error)
+        _el(suite, "system-err", str(error))
 
 
 def _to_text(root: ET.Element) -> str:
@@ -61,7 +69,7 @@ def validation_junit(result: Dict[str, Any]) -> str:
     total = sum(len(b["checks"]) for b in boards)
     fails = sum(1 for b in boards for c in b["checks"] if c["verdict"] == "fail")
     model = (result.get("model") or {}).get("name") or "model"
-    root = ET.Element("testsuites", name=f"edgesdk validate {model}", tests=str(total), failures=str(fails),
+    root = ET.Element("testsuites", name=xml_text(f"edgesdk validate {model}"), tests=str(total), failures=str(fails),
                       errors="0", time=f"{float(result.get('seconds') or 0):.3f}")
     for b in boards:
         _suite(root, f"validate {model} on {b['board']}", f"edgesdk.validate.{b['board']}", b["checks"],

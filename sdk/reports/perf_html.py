@@ -3,7 +3,7 @@
 and SVG, no scripts."""
 from __future__ import annotations
 
-from html import escape
+from .svg import escape   # html.escape of text XML can hold (control characters made visible)
 from typing import Any, Dict, List, Mapping
 
 from . import perfplots

@@ -4,10 +4,9 @@ device telemetry over time. Pure Python; each returns one ``<svg>`` element as t
 from __future__ import annotations
 
 import math
-from html import escape
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from .svg import PALETTE
+from .svg import PALETTE, escape
 from .svg import _fmt as svg_fmt
 from .svg import _open as svg_open
 

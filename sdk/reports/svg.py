@@ -2,11 +2,19 @@
 horizontal bars. Pure Python, no dependencies; each returns one ``<svg>`` element as text."""
 from __future__ import annotations
 
+import html
 import math
-from html import escape
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from ..textsafe import xml_text
+
 __all__ = ["histogram", "line_plot", "bar_chart", "nice_ticks", "PALETTE"]
+
+
+def escape(s: str, quote: bool = True) -> str:
+    """XML-escaped text that XML can hold (characters it cannot are written as visible escapes)."""
+    return html.escape(xml_text(s), quote)
+
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]

@@ -138,7 +138,10 @@ def _load_images(source: Any) -> Dataset:
     batch: List[np.ndarray] = []
     warnings: List[str] = []
     for f in source.files:
-        img = cv2.imdecode(np.fromfile(str(f), dtype=np.uint8), cv2.IMREAD_COLOR)
+        try:
+            img = cv2.imdecode(np.fromfile(str(f), dtype=np.uint8), cv2.IMREAD_COLOR)
+        except (OSError, cv2.error):      # e.g. over OpenCV's pixel limit (CV_IO_MAX_IMAGE_PIXELS)
+            img = None
         if img is None or img.size == 0:
             warnings.append(f"skipped '{f}': not a decodable image")
             continue
@@ -176,6 +179,9 @@ def read_labels(path: Union[str, os.PathLike], ds: Dataset) -> np.ndarray:
 
 def _read_label_array(p: Path) -> np.ndarray:
     """The labels of an ``.npy``, or the ``y`` / ``labels`` / ``label`` (or only) array of an ``.npz``."""
+    from ..sources import check_array_file
+
+    check_array_file(p)        # a pickle, a forged or inflating member: one clear error, nothing loaded
     try:
         if p.suffix == ".npy":
             return np.asarray(np.load(p, allow_pickle=False))

@@ -147,6 +147,9 @@ class HostRunner:
         if target not in (None, self.target) and self.target is not None:
             raise InputError(f"the host runner '{self.name}' runs {self.target}, not {target}",
                              f"use --board host:{target}")
+        from ..sources import check_array_file
+
+        check_array_file(inputs_npz_path)
         with np.load(inputs_npz_path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         session = self._session(model, target)
