@@ -89,7 +89,7 @@ def print_paired(cmp: Any, a: str, b: str) -> None:
             + (f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %)" if ci else "none: too few rounds)"), markup=False, soft_wrap=True)
     if cmp.regression:
         c.print(f"[red]REGRESSION[/red]: B is slower in paired rounds (interval above no change, beyond "
-                f"{cmp.threshold_pct:g} %)", soft_wrap=True)
+                f"{cmp.threshold_pct:g} %)", markup=True, soft_wrap=True)
     elif cmp.verdict == "faster":
         c.print(f"B is faster in paired rounds (beyond {cmp.threshold_pct:g} %)", soft_wrap=True)
     else:
