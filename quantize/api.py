@@ -282,6 +282,8 @@ class QuantizeConfig:
     speed_check: bool = True
     allow_slower: bool = False
     progress: Optional[ProgressFn] = None
+    #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
+    tflite_io: str = "float"
 
 
 def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
@@ -308,6 +310,8 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         from .task_metrics import resolve_task_metric
 
         cfg = replace(cfg, task_metric=resolve_task_metric(cfg.task_metric))
+    if output is not None and Path(output).suffix.lower() == ".tflite":
+        _check_tflite_output(cfg)
     t_start = time.perf_counter()
     run = _Run(cfg)
     run.prepare(model)
@@ -319,7 +323,7 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
     res = run.result(time.perf_counter() - t_start)
     if output is not None:
         _write_outputs(res, run.extras(), Path(output), cfg.report_path, cfg.trt_cache, cfg.trt_version,
-                       cfg.ranges_path)
+                       cfg.ranges_path, cfg)
     elif cfg.report_path is not None:
         _write_json(Path(cfg.report_path), res.report)
     return res
@@ -701,11 +705,29 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+def _check_tflite_output(cfg: QuantizeConfig) -> None:
+    if cfg.scheme != "tflite":
+        raise InputError(f"-o *.tflite writes a TFLite model, but --target is {cfg.scheme}", "add --target tflite")
+    if cfg.tflite_io not in ("float", "int8"):
+        raise InputError(f"--io {cfg.tflite_io!r}", "use --io float or --io int8")
+
+
 def _write_outputs(res: QuantizeResult, extras: Dict[str, Any], output: Path, report_path, trt_cache, trt_version,
-                   ranges_path) -> None:
+                   ranges_path, cfg: Optional[QuantizeConfig] = None) -> None:
     from .trtcache import DEFAULT_TRT_VERSION, write_cache
 
-    saved = res.model.save(output)
+    if output.suffix.lower() == ".tflite":
+        from ..targets.tflite.convert import write_qdq_tflite
+
+        c = cfg or QuantizeConfig(scheme="tflite")
+        res.report["tflite"] = write_qdq_tflite(res.model.proto, output, io=c.tflite_io,
+                                                input_shapes=c.input_shapes, source_sha256=res.report.get(
+                                                    "model", {}).get("sha256", ""))
+        from ..model import Model
+
+        saved = Model.load(output)
+    else:
+        saved = res.model.save(output)
     res.model = saved
     res.extras["model"] = str(output)
     if "trt_scales" in extras:

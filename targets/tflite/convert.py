@@ -25,7 +25,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 from ...errors import InputError
 from ..convert import ConvertOptions, ConvertResult
 
-__all__ = ["convert_to_tflite", "onnx_to_tflite_bytes", "METADATA_KEY", "onnx_names"]
+__all__ = ["convert_to_tflite", "onnx_to_tflite_bytes", "write_qdq_tflite", "METADATA_KEY", "onnx_names"]
 
 METADATA_KEY = "edgesdk.onnx"
 _OPTIONS = ("io_layout", "io", "method", "calib_limit")
@@ -76,6 +76,20 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
         ops[op.code] = ops.get(op.code, 0) + 1
     return {"data": data, "ops": ops, "notes": notes, "tensors": len(lw.g.tensors), "folded": prep.folded,
             "metadata": extra}
+
+
+def write_qdq_tflite(proto: Any, output: Path, *, io: str = "float",
+                     input_shapes: Optional[Mapping[str, Sequence[int]]] = None, source_sha256: str = "",
+                     io_layout: str = "onnx") -> Dict[str, Any]:
+    """Write a QDQ ONNX model (the quantizer's ``tflite`` scheme) as a full-integer ``.tflite``
+    (atomically); returns the conversion record (ops, int8/float op counts, bytes)."""
+    from ...atomic import atomic_write
+
+    res = onnx_to_tflite_bytes(proto, input_shapes, io_layout=io_layout, int8_io=io, source_sha256=source_sha256)
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(output, res["data"])
+    return {"path": str(output), "bytes": len(res["data"]), "ops": res["ops"], "io": io,
+            **{k: v for k, v in res["metadata"]["int8"].items() if k != "notes"}, "notes": res["notes"]}
 
 
 def onnx_names(data: bytes) -> Dict[str, Any]:

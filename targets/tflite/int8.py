@@ -120,7 +120,11 @@ class _Pass:
             return None
         lo, hi = _range(src)
         vals = [lo * c, hi * c] if op.code == "MUL" else [lo + c, hi + c]
-        return _from_range(float(np.min(vals)), float(np.max(vals)))
+        lo, hi = float(np.min(vals)), float(np.max(vals))
+        act = op.options.get("fusedActivationFunction", 0)
+        if act in (1, 3):
+            lo, hi = max(lo, 0.0), hi if act == 1 else min(hi, 6.0)
+        return _from_range(lo, hi)
 
     # -- the rewrite ---------------------------------------------------------------------------
     def _is_act(self, t: int) -> bool:
@@ -251,12 +255,39 @@ class _Pass:
         return float(qq.scale[0]), int(qq.zero_point[0])
 
 
+def _expand_hard_swish(lw: Any) -> int:
+    """HARD_SWISH between quantized tensors -> ``x * (relu6(x + 3) / 6)`` (ADD with a fused RELU6,
+    MUL, MUL): XNNPACK has no int8 HARD_SWISH, and the builtin kernel between delegated convs cuts
+    the graph into one partition per layer."""
+    g, qp = lw.g, lw.qparams
+    out: List[TFLOp] = []
+    n = 0
+    for op in g.ops:
+        if op.code != "HARD_SWISH" or g.tensors[op.inputs[0]].onnx not in qp or g.tensors[op.outputs[0]].onnx not in qp:
+            out.append(op)
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        base = g.tensors[y].name
+        shape = g.tensors[x].shape
+        a = g.add_tensor(base + "/relu6", shape)
+        b = g.add_tensor(base + "/hsig", shape)
+        out.append(TFLOp("ADD", [x, g.const(base + "/three", np.array(3.0, np.float32))], [a], "AddOptions",
+                         {"fusedActivationFunction": 3, "potScaleInt16": False}, op.source))
+        out.append(TFLOp("MUL", [a, g.const(base + "/sixth", np.array(1.0 / 6.0, np.float32))], [b], "MulOptions",
+                         {"fusedActivationFunction": 0}, op.source))
+        out.append(TFLOp("MUL", [x, b], [y], "MulOptions", {"fusedActivationFunction": 0}, op.source))
+        n += 1
+    g.ops = out
+    return n
+
+
 def quantize_graph(lw: Any, io: str = "float") -> Dict[str, Any]:
     """Rewrite the lowered graph ``lw.g`` in place as int8 per the spec; returns counts for the record.
 
     Raises :class:`ConversionError` when the graph carries no quantization (not a QDQ model)."""
     if not lw.qparams:
         raise ConversionError("the model has no activation Q/DQ: --int8 needs a QDQ model or calibration data")
+    expanded = _expand_hard_swish(lw)
     p = _Pass(lw, io)
     p.assign()
     p.rewrite()
@@ -272,6 +303,6 @@ def quantize_graph(lw: Any, io: str = "float") -> Dict[str, Any]:
     if ops_float:
         notes.append(f"{ops_float} ops stay float ({', '.join(floats)}): no int8 kernel or kept in float by the plan")
     return {"ops_int8": ops_int8, "ops_float": ops_float, "float_op_types": floats,
-            "requantized_concat_inputs": p.requantized,
+            "requantized_concat_inputs": p.requantized, "hard_swish_expanded": expanded,
             "quantize_ops": sum(1 for op in g.ops if op.code == "QUANTIZE"),
             "dequantize_ops": sum(1 for op in g.ops if op.code == "DEQUANTIZE"), "notes": notes}

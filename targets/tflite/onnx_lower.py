@@ -404,21 +404,24 @@ def _clip(lw: Lowering, node: Any) -> None:
 
 
 def _hard_sigmoid(lw: Lowering, node: Any) -> None:
+    """``max(0, min(1, a*x + b))`` as ``relu6(6a*x + 6b) / 6``: MUL, ADD with a fused RELU6, MUL --
+    three ops that XNNPACK runs in float and in int8 alike."""
     x = node.input[0]
     alpha, beta = float(_attr(node, "alpha", 0.2)), float(_attr(node, "beta", 0.5))
     perm = lw.layout(x)
     base = node.name or node.output[0]
     shape = lw.g.tensors[lw.get(x, perm)].shape
     t1 = lw.g.add_tensor(f"{base}/scaled", shape)
-    t2 = lw.g.add_tensor(f"{base}/shifted", shape)
+    t2 = lw.g.add_tensor(f"{base}/relu6", shape)
     for t in (t1, t2):
         lw.tag(t, "", perm)
-    lw.op("MUL", [lw.get(x, perm), lw.g.const(f"{base}/alpha", np.array(alpha, np.float32))], [t1], "MulOptions",
-          fusedActivationFunction=0)
-    lw.op("ADD", [t1, lw.g.const(f"{base}/beta", np.array(beta, np.float32))], [t2], "AddOptions",
-          fusedActivationFunction=0)
+    lw.op("MUL", [lw.get(x, perm), lw.g.const(f"{base}/alpha6", np.array(6.0 * alpha, np.float32))], [t1],
+          "MulOptions", fusedActivationFunction=0)
+    lw.op("ADD", [t1, lw.g.const(f"{base}/beta6", np.array(6.0 * beta, np.float32))], [t2], "AddOptions",
+          fusedActivationFunction=ACT["RELU6"])
     y = lw.out(node.output[0], perm)
-    lw.op("RELU_0_TO_1", [t2], [y])
+    lw.op("MUL", [t2, lw.g.const(f"{base}/sixth", np.array(1.0 / 6.0, np.float32))], [y], "MulOptions",
+          fusedActivationFunction=0)
 
 
 def _softmax(lw: Lowering, node: Any, code: str = "SOFTMAX") -> None:
@@ -559,6 +562,8 @@ def _pool(lw: Lowering, node: Any) -> None:
     if len(node.output) > 1 and node.output[1]:
         raise lw.fail("the Indices output", "Indices")
     xt = lw.get(x, NHWC)
+    if not is_max and int(_attr(node, "count_include_pad", 0)) and any(pads):
+        padding, explicit = PAD_VALID, list(pads)  # TFLite's SAME leaves the padding out of the average
     if any(explicit):
         if not is_max and not int(_attr(node, "count_include_pad", 0)):
             raise lw.fail("asymmetric padding that TFLite's SAME does not match, with count_include_pad=0", "pads")

@@ -156,6 +156,8 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
     del g.graph.initializer[:]
     g.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used)
     del g.graph.value_info[:]
+    for o in g.graph.output:  # declared output shapes may be stale or symbolic: infer them
+        o.type.tensor_type.ClearField("shape")
     shapes: Dict[str, Tuple[int, ...]] = {}
     dtypes: Dict[str, str] = {}
     try:
