@@ -34,7 +34,7 @@ _OPTIONS = ("io_layout", "io", "method", "calib_limit")
 def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
     g = lw.g
     tensors: Dict[str, Any] = {}
-    for i, t in enumerate(g.tensors):
+    for t in g.tensors:
         if t.data is not None:
             continue
         if t.onnx:

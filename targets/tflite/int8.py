@@ -191,9 +191,10 @@ class _Pass:
         b = self.g.tensors[op.inputs[slot]]
         s_in = self.q[op.inputs[in_slot]][0]
         w = self.g.tensors[ins[w_slot]]
-        s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)  # type: ignore[union-attr]
-        s = np.broadcast_to(s, b.data.shape).astype(np.float64)  # type: ignore[union-attr]
-        q = np.clip(np.round(b.data.astype(np.float64) / s), -2**31, 2**31 - 1).astype(np.int32)  # type: ignore[union-attr]
+        assert w.quant is not None and b.data is not None
+        s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)   # per channel, or one (FULLY_CONNECTED)
+        q = np.clip(np.round(b.data.astype(np.float64) / np.broadcast_to(s, b.data.shape)), -2**31, 2**31 - 1
+                    ).astype(np.int32)
         ins[slot] = self.g.add_tensor(b.name + "/int32", q.shape, "int32", q,
                                       Quant(s.astype(np.float32), np.zeros(s.size, np.int64), 0))
 
