@@ -168,7 +168,8 @@ class _Pass:
         g, tt = self.g, self.g.tensors[t]
         if (op.code, slot) in _SHAPE_SLOTS or tt.dtype != "float32":
             return t
-        data = tt.data.astype(np.float64)  # type: ignore[union-attr]
+        assert tt.data is not None
+        data = tt.data.astype(np.float64)
         if (op.code, slot) in _WEIGHT_SLOTS:
             axis = _WEIGHT_SLOTS[(op.code, slot)]
             q, s = _weight(data, axis)

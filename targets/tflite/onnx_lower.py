@@ -360,10 +360,10 @@ def _prelu(lw: Lowering, node: Any) -> None:
     if lw.is_const(s):
         arr = lw.const(s).astype(np.float32)
         rank = len(lw.shape(x))
-        arr = arr.reshape((1,) * (rank - arr.ndim) + arr.shape)
+        arr = arr.reshape((1,) * (rank - arr.ndim) + tuple(arr.shape))
         if perm is not None:
             arr = arr.transpose(perm)
-        alpha = lw.g.const(f"{node.name or node.output[0]}/alpha", arr[0] if arr.shape[0] == 1 else arr)
+        alpha = lw.g.const(f"{node.name or node.output[0]}/alpha", arr[0] if len(arr) == 1 else arr)
     else:
         alpha = lw.get(s, perm)
     lw.op("PRELU", [lw.get(x, perm), alpha], [y])
@@ -383,7 +383,8 @@ def _clip(lw: Lowering, node: Any) -> None:
     hi = _scalar_input(lw, node, 2, "max", None)
     perm = lw.layout(x)
     xt = lw.get(x, perm)
-    named = {(0.0, 6.0): "RELU6", (0.0, None): "RELU", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
+    named: Dict[Tuple[Optional[float], Optional[float]], str] = {
+        (0.0, 6.0): "RELU6", (0.0, None): "RELU", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
     key = (lo if lo is None else float(lo), hi if hi is None or hi > 3e38 else float(hi))
     code = named.get(key)
     y = lw.out(node.output[0], perm)

@@ -137,7 +137,7 @@ class TFLGraph:
 
 
 def _aligned_buffer_type(fb: Any) -> Any:
-    class AlignedBuffer(fb.BufferT):  # type: ignore[misc, name-defined]
+    class AlignedBuffer(fb.BufferT):
         """A buffer whose bytes start on a 16-byte boundary (what XNNPACK and mmap readers want)."""
 
         def Pack(self, builder: Any) -> Any:  # noqa: N802 - flatbuffers' name
