@@ -224,7 +224,7 @@ def _explicit_pad(lw: Lowering, x: int, name: str, pads: Sequence[int], value: f
     n, h, w, c = lw.g.tensors[x].shape
     pad = np.array([[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]], np.int32)
     y = lw.g.add_tensor(f"{name}/pad", (n, h + pads[0] + pads[2], w + pads[1] + pads[3], c))
-    lw.tag(y, lw.g.tensors[x].onnx, NHWC)
+    lw.tag(y, "", NHWC)  # a padded copy holds no ONNX tensor
     if value == 0.0:
         lw.op("PAD", [x, lw.g.const(f"{name}/paddings", pad, "int32")], [y], "PadOptions")
     else:
@@ -825,6 +825,111 @@ def _qdq(lw: Lowering, node: Any) -> None:
     lw.p.dtypes[node.output[0]] = "float32"
 
 
+def _lstm_checks(lw: Lowering, node: Any) -> None:
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    _, w_name, r_name, _, seq, h0, c0, peep = ins[:8]
+    for name, what in ((w_name, "W"), (r_name, "R")):
+        if not lw.is_const(name):
+            raise lw.fail("weights that are not constant", what)
+    if seq:
+        raise lw.fail("per-sample sequence lengths", "sequence_lens")
+    if peep:
+        raise lw.fail("peephole weights", "P")
+    acts = _attr(node, "activations")
+    if acts is not None and [a.decode() if isinstance(a, bytes) else a for a in acts] not in (
+            ["Sigmoid", "Tanh", "Tanh"], ["Sigmoid", "Tanh", "Tanh"] * 2):
+        raise lw.fail("activations other than Sigmoid/Tanh/Tanh", "activations")
+    if _attr(node, "clip") is not None or int(_attr(node, "input_forget", 0)):
+        raise lw.fail("clip / input_forget", "clip")
+    if int(_attr(node, "layout", 0)):
+        raise lw.fail("batch-major layout", "layout")
+    for init, what in ((h0, "initial_h"), (c0, "initial_c")):
+        if init and (not lw.is_const(init) or np.any(lw.const(init))):
+            raise lw.fail("a non-zero initial state", what)
+    used = {i for n in lw.p.nodes for i in n.input} | set(lw.p.outputs)
+    for k, what in ((1, "Y_h"), (2, "Y_c")):
+        if len(node.output) > k and node.output[k] and node.output[k] in used:
+            raise lw.fail(f"the {what} output", what)
+
+
+def _lstm(lw: Lowering, node: Any) -> None:
+    """ONNX LSTM (forward, reverse or bidirectional, default activations, zero initial state)
+    unrolled over its fixed sequence length: one FULLY_CONNECTED for the input projection of all
+    steps, then per step the recurrent FULLY_CONNECTED, the gates (LOGISTIC/TANH) and the cell update
+    (MUL/ADD). Stateless, unlike TFLite's fused LSTM ops whose state tensors persist between
+    invocations, and every op runs in XNNPACK; ``Y`` is [T, directions, B, H] as in ONNX."""
+    _lstm_checks(lw, node)
+    x, w_name, r_name = node.input[0], node.input[1], node.input[2]
+    b_name = node.input[3] if len(node.input) > 3 else ""
+    W, R = lw.const(w_name).astype(np.float32), lw.const(r_name).astype(np.float32)
+    dirs, four_h, _ = W.shape
+    H = four_h // 4
+    B = lw.const(b_name).astype(np.float32) if b_name else np.zeros((dirs, 8 * H), np.float32)
+    T, batch, _ = lw.shape(x)
+    xt = lw.get(x, None)
+    base = node.name or node.output[0]
+    direction = _attr(node, "direction", "forward")
+    g = lw.g
+
+    def t(name: str, shape: Tuple[int, ...]) -> int:
+        return g.add_tensor(f"{base}/{name}", shape)
+
+    outs = []
+    for d in range(dirs):
+        reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
+        xw = t(f"d{d}/xw", (T, batch, 4 * H))
+        lw.op("FULLY_CONNECTED", [xt, g.const(f"{base}/d{d}/W", W[d]), g.const(f"{base}/d{d}/b", B[d, :4 * H] + B[d, 4 * H:])],
+              [xw], "FullyConnectedOptions", fusedActivationFunction=0, keepNumDims=True)
+        steps = [t(f"d{d}/xw{k}", (batch, 4 * H)) for k in range(T)]
+        lw.op("UNPACK", [xw], steps, "UnpackOptions", num=T, axis=0)
+        r_t = g.const(f"{base}/d{d}/R", R[d])
+        axis1 = lw.ints(np.array(1), f"{base}/d{d}/gate_axis")
+        h: Optional[int] = None
+        c: Optional[int] = None
+        hs: Dict[int, int] = {}
+        for k in (range(T - 1, -1, -1) if reverse else range(T)):
+            gates = steps[k]
+            if h is not None:
+                rec = t(f"d{d}/s{k}/rec", (batch, 4 * H))
+                lw.op("FULLY_CONNECTED", [h, r_t, -1], [rec], "FullyConnectedOptions", fusedActivationFunction=0)
+                summed = t(f"d{d}/s{k}/gates", (batch, 4 * H))
+                lw.op("ADD", [gates, rec], [summed], "AddOptions", fusedActivationFunction=0)
+                gates = summed
+            parts = [t(f"d{d}/s{k}/{n}", (batch, H)) for n in "iofc"]
+            lw.op("SPLIT", [axis1, gates], parts, "SplitOptions", numSplits=4)
+            i_g, o_g, f_g = (t(f"d{d}/s{k}/{n}_act", (batch, H)) for n in "iof")
+            for src, dst in zip(parts[:3], (i_g, o_g, f_g)):
+                lw.op("LOGISTIC", [src], [dst])
+            c_g = t(f"d{d}/s{k}/c_act", (batch, H))
+            lw.op("TANH", [parts[3]], [c_g])
+            ic = t(f"d{d}/s{k}/ic", (batch, H))
+            lw.op("MUL", [i_g, c_g], [ic], "MulOptions", fusedActivationFunction=0)
+            if c is not None:
+                fc_ = t(f"d{d}/s{k}/fc", (batch, H))
+                lw.op("MUL", [f_g, c], [fc_], "MulOptions", fusedActivationFunction=0)
+                c_new = t(f"d{d}/s{k}/cell", (batch, H))
+                lw.op("ADD", [fc_, ic], [c_new], "AddOptions", fusedActivationFunction=0)
+                c = c_new
+            else:
+                c = ic
+            tc = t(f"d{d}/s{k}/tanh_cell", (batch, H))
+            lw.op("TANH", [c], [tc])
+            h = t(f"d{d}/s{k}/h", (batch, H))
+            lw.op("MUL", [o_g, tc], [h], "MulOptions", fusedActivationFunction=0)
+            hs[k] = h
+        y = t(f"d{d}/y", (T, 1, batch, H))
+        packed = t(f"d{d}/y3", (T, batch, H))
+        lw.op("PACK", [hs[k] for k in range(T)], [packed], "PackOptions", valuesCount=T, axis=0)
+        lw.op("RESHAPE", [packed, lw.ints([T, 1, batch, H], f"{base}/d{d}/shape")], [y], "ReshapeOptions",
+              newShape=[T, 1, batch, H])
+        outs.append(y)
+    out = lw.out(node.output[0], None)
+    if len(outs) == 1:
+        lw.g.ops[-1].outputs = [out]
+    else:
+        lw.op("CONCATENATION", outs, [out], "ConcatenationOptions", axis=1, fusedActivationFunction=0)
+
+
 HandlerFn = Callable[[Lowering, Any], None]
 HANDLERS: Dict[str, HandlerFn] = {
     "Conv": _conv, "ConvTranspose": _conv_transpose,
@@ -837,7 +942,7 @@ HANDLERS: Dict[str, HandlerFn] = {
     "Resize": _resize, "Upsample": _upsample, "Pad": _pad, "Gemm": _gemm, "MatMul": _matmul, "Gather": _gather,
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "Expand": _expand, "Tile": _tile,
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "BatchNormalization": _batchnorm,
-    "QuantizeLinear": _qdq, "DequantizeLinear": _qdq,
+    "QuantizeLinear": _qdq, "DequantizeLinear": _qdq, "LSTM": _lstm,
 }
 HANDLERS.update({k: _reduce for k in _REDUCE})
 HANDLERS.update({k: _unary for k in _UNARY})

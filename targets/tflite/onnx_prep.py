@@ -77,18 +77,23 @@ def _fix_inputs(proto: Any, shapes: Mapping[str, Sequence[int]], notes: List[str
 
 
 def _session(proto: Any, outputs: Sequence[str]) -> Any:
+    """An onnxruntime session of ``proto`` (our own copy: its outputs are swapped for the
+    serialisation and put back) that returns ``outputs``."""
     import onnx
     import onnxruntime as ort
 
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    del m.graph.output[:]
-    for name in outputs:
-        m.graph.output.append(onnx.ValueInfoProto(name=name))
+    saved = list(proto.graph.output)
+    del proto.graph.output[:]
+    proto.graph.output.extend(onnx.ValueInfoProto(name=name) for name in outputs)
+    try:
+        data = proto.SerializeToString()
+    finally:
+        del proto.graph.output[:]
+        proto.graph.output.extend(saved)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
-    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
 def _zero_feed(proto: Any, inits: Set[str]) -> Dict[str, np.ndarray]:
@@ -148,22 +153,35 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
         c = next(o for o in graph_out if o in consts)
         raise ConversionError(f"graph output '{c}' is a constant: a TFLite graph output must be computed")
     # shapes: inference over the folded graph
-    g = onnx.ModelProto()
-    g.CopyFrom(work)
-    del g.graph.node[:]
-    g.graph.node.extend(nodes)
     used = {i for n in nodes for i in n.input if i}
-    del g.graph.initializer[:]
-    g.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used)
-    del g.graph.value_info[:]
+    g = onnx.ModelProto(ir_version=work.ir_version)
+    g.opset_import.extend(work.opset_import)
+    g.graph.name = work.graph.name
+    g.graph.input.extend(i for i in work.graph.input if i.name not in inits)
+    g.graph.output.extend(work.graph.output)
+    g.graph.node.extend(nodes)
     for o in g.graph.output:  # declared output shapes may be stale or symbolic: infer them
         o.type.tensor_type.ClearField("shape")
+    # shape inference over a light copy: big constants declared as inputs of their shape
+    light = onnx.ModelProto(ir_version=g.ir_version)
+    light.opset_import.extend(g.opset_import)
+    light.graph.node.extend(nodes)
+    light.graph.input.extend(g.graph.input)
+    light.graph.output.extend(g.graph.output)
+    for k in sorted(used & set(consts)):
+        v = np.asarray(consts[k])
+        if v.size <= 64:
+            light.graph.initializer.append(numpy_helper.from_array(v, k))
+        else:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(
+                k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+    g.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used)
     shapes: Dict[str, Tuple[int, ...]] = {}
     dtypes: Dict[str, str] = {}
     try:
-        inferred = onnx.shape_inference.infer_shapes(g, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     except Exception:  # inference is best effort; onnxruntime fills the rest
-        inferred = g
+        inferred = light
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
         tt = vi.type.tensor_type
         if not tt.HasField("shape") or not tt.elem_type:

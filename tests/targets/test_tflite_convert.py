@@ -391,3 +391,36 @@ def test_convert_options_reach_the_converter(tmp_path):
 
     it = Interpreter(model_path=str(tmp_path / "m.tflite"))
     assert list(it.get_input_details()[0]["shape"]) == [1, 3, 5, 7]
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_unrolled_and_stateless(direction):
+    d = 2 if direction == "bidirectional" else 1
+    hidden, width, steps = 5, 4, 6
+    m = _model([helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction=direction,
+                                 name="lstm")],
+               {"W": _w(d, 4 * hidden, width), "R": _w(d, 4 * hidden, hidden), "B": _w(d, 8 * hidden)},
+               [steps, 1, width], ["y"])
+    res = _check(m)
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" not in res["ops"] and res["ops"]["FULLY_CONNECTED"] == d * steps
+    # a second invocation on another input gives that input's result: no state carried over
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=res["data"])
+    it.allocate_tensors()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        x = RNG.standard_normal((steps, 1, width)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), sess.run(None, {"x": x})[0],
+                                   atol=1e-5)
+
+
+def test_lstm_with_initial_state_is_refused():
+    hidden = 3
+    m = _model([helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], hidden_size=hidden, name="lstm_h0")],
+               {"W": _w(1, 4 * hidden, 2), "R": _w(1, 4 * hidden, hidden), "h0": np.ones((1, 1, hidden), np.float32)},
+               [4, 1, 2], ["y"])
+    with pytest.raises(ConversionError, match=r"node 'lstm_h0' \(LSTM\), attribute initial_h"):
+        onnx_to_tflite_bytes(m)
