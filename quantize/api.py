@@ -310,6 +310,10 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         from .task_metrics import resolve_task_metric
 
         cfg = replace(cfg, task_metric=resolve_task_metric(cfg.task_metric))
+    from .tflite_model import is_tflite, quantize_tflite
+
+    if is_tflite(model):  # the TFLite format adapter under the same core (statistics, methods, budget)
+        return quantize_tflite(model, calib, cfg, Path(output) if output is not None else None)
     if output is not None and Path(output).suffix.lower() == ".tflite":
         _check_tflite_output(cfg)
     t_start = time.perf_counter()

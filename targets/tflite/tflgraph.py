@@ -64,6 +64,8 @@ class TFLOp:
     options_type: Optional[str] = None     # BuiltinOptions name: "Conv2DOptions"
     options: Dict[str, Any] = field(default_factory=dict)
     source: str = ""                       # the ONNX node it came from
+    custom_code: Optional[str] = None      # code "CUSTOM": the custom op's name and its options bytes
+    custom_options: Optional[bytes] = None
 
 
 class TFLGraph:
@@ -194,16 +196,22 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
         sub.tensors.append(tt)
     sub.operators = []
     for op in g.ops:
-        if op.code not in codes:
+        key = op.code if op.custom_code is None else f"CUSTOM:{op.custom_code}"
+        if key not in codes:
             oc = fb.OperatorCodeT()
             code = getattr(fb.BuiltinOperator, op.code)
             oc.builtinCode = code
             oc.deprecatedBuiltinCode = min(code, fb.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
             oc.version = 1
-            codes[op.code] = len(model.operatorCodes)
+            if op.custom_code is not None:
+                oc.customCode = op.custom_code
+            codes[key] = len(model.operatorCodes)
             model.operatorCodes.append(oc)
         o = fb.OperatorT()
-        o.opcodeIndex = codes[op.code]
+        o.opcodeIndex = codes[key]
+        if op.custom_options is not None:
+            o.customOptions = np.frombuffer(op.custom_options, np.uint8)
+            o.customOptionsFormat = 0
         o.inputs = np.array(op.inputs, np.int32)
         o.outputs = np.array(op.outputs, np.int32)
         if op.options_type:
@@ -218,6 +226,18 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
     sub.inputs = np.array(g.inputs, np.int32)
     sub.outputs = np.array(g.outputs, np.int32)
     model.subgraphs = [sub]
+    # one SignatureDef ("serving_default") with the tensors' own names, what LiteRT's signature
+    # runners and ai-edge-quantizer look for
+    sig = fb.SignatureDefT()
+    sig.signatureKey = "serving_default"
+    sig.subgraphIndex = 0
+    sig.inputs, sig.outputs = [], []
+    for idx, dst in ((g.inputs, sig.inputs), (g.outputs, sig.outputs)):
+        for i in idx:
+            tm = fb.TensorMapT()
+            tm.name, tm.tensorIndex = g.tensors[i].name, i
+            dst.append(tm)
+    model.signatureDefs = [sig]
     model.metadata = []
     for name, data in (metadata or {}).items():
         b = Buf()
