@@ -75,14 +75,17 @@ class TFLiteAdapter:
     def outputs(self) -> List[str]:
         return [self.graph.tensors[i].name for i in self.graph.outputs]
 
-    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str) -> Tuple[bytes, Dict[str, Any]]:
-        """The full-integer model with these activation scales/zero points (the graph is rewritten)."""
+    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = ()) -> Tuple[bytes, Dict[str, Any]]:
+        """The full-integer model with these activation scales/zero points; the ops writing the
+        tensors in ``exclude`` stay float (the fallback). The adapter's graph is left as it was."""
         from ..targets.tflite.int8 import quantize_graph
+        from ..targets.tflite.reader import read_tflite
         from ..targets.tflite.tflgraph import write_flatbuffer
 
-        lw = SimpleNamespace(g=self.graph, qparams=dict(qparams))
-        info = quantize_graph(lw, io=io)
-        return write_flatbuffer(self.graph, description="edgesdk int8"), info
+        graph, _ = read_tflite(self.float_bytes)
+        lw = SimpleNamespace(g=graph, qparams=dict(qparams))
+        info = quantize_graph(lw, io=io, exclude=exclude)
+        return write_flatbuffer(graph, description="edgesdk int8"), info
 
 
 def _rows(feed: Mapping[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
@@ -159,13 +162,17 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     from ..targets.tflite.int8 import _from_range
 
     qparams = {n: _from_range(lo, hi) for n, (lo, hi) in ranges.items()}
-    float_bytes = adapter.float_bytes
     out_names = adapter.outputs()
     data, info = adapter.write(qparams, cfg.tflite_io)
     failures: List[str] = []
     accuracy = None
+    fallback: List[str] = []
     if cfg.eval_data is not None:
-        accuracy, failures = _accuracy(cfg, m, float_bytes, data, out_names, DEFAULT_MIN_COSINE)
+        ev = _Eval(cfg, m, adapter, out_names)
+        accuracy, failures = ev.check(data, DEFAULT_MIN_COSINE)
+        if failures and cfg.max_fallback != 0:
+            data, info, accuracy, failures, fallback = _fallback(cfg, adapter, ev, qparams, data, info, accuracy,
+                                                                 failures, DEFAULT_MIN_COSINE)
     report = {
         "model": {"path": str(m.origin) if m.origin else None, "sha256": m.sha256, "format": "tflite",
                   "weights_dequantized": adapter.info["dequantize_folded"], "custom_ops": adapter.info["custom_ops"],
@@ -178,9 +185,9 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         "layers": {"quantized": info["ops_int8"], "quantizable": info["ops_int8"] + info["ops_float"],
                    "activations_with_qdq": len(qparams), "weights": info["ops_int8"], "weights_total":
                    info["ops_int8"] + info["ops_float"]},
-        "bias_correction": {"corrected_layers": 0}, "fallback_layers": [],
-        "not_done_for_tflite_input": ["sensitivity ranking", "fallback search (16x8, float)", "bias correction",
-                                      "speed plan"],
+        "bias_correction": {"corrected_layers": 0}, "fallback_layers": fallback,
+        "not_done_for_tflite_input": ["16x8 fallback (float only)", "ranking by own noise x gain (ranked by the "
+                                      "layer's output error in the INT8 model)", "bias correction", "speed plan"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
     saved = None
@@ -197,38 +204,105 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                           scheme=scheme, failures=failures)
 
 
-def _accuracy(cfg: Any, m: Any, float_bytes: bytes, data: bytes, out_names: List[str], default_cos: float
-              ) -> Tuple[Dict[str, Any], List[str]]:
-    from ..sources import open_source
+class _Eval:
+    """The held-out samples, the float model's outputs on them (once), and the budget check."""
 
-    src = open_source(cfg.eval_data, m.inputs, cfg.preprocess)
-    adapter = TFLiteAdapter.__new__(TFLiteAdapter)
-    adapter.float_bytes, adapter._interp = float_bytes, None
-    ref: List[List[np.ndarray]] = []
-    got: List[List[np.ndarray]] = []
-    for feed, _ in src.samples():
-        for row in _rows(feed):
-            r = adapter.run(row, out_names)
-            ref.append([r[n] for n in out_names])
-            got.append(_run_int8(data, row))
-    cos = {n: min(_cos(g[k], r[k]) for g, r in zip(got, ref)) for k, n in enumerate(out_names)}
-    outs: Dict[str, Any] = {}
-    for k, n in enumerate(out_names):
-        r = np.concatenate([x[k].ravel() for x in ref]).astype(np.float64)
-        e = np.concatenate([x[k].ravel() for x in got]).astype(np.float64) - r
-        outs[n] = {"cosine": cos[n], "snr_db": float(10 * np.log10((r @ r + 1e-30) / (e @ e + 1e-30))),
-                   "max_abs_error": float(np.abs(e).max())}
-    acc: Dict[str, Any] = {"samples": len(ref), "outputs": outs}
-    failures: List[str] = []
-    if cfg.task_metric is not None:
-        tm = float(cfg.task_metric(ref, got))
-        acc["task_metric"] = tm
-        limit = cfg.min_task_metric if cfg.min_task_metric is not None else 0.99
-        if tm < limit:
-            failures.append(f"task metric {tm:.4f} < {limit} (no fallback for TFLite input yet)")
-    elif cfg.budget:
-        limit = cfg.min_cosine if cfg.min_cosine is not None else default_cos
-        worst = min(cos.values())
-        if worst < limit:
-            failures.append(f"output cosine {worst:.4f} < {limit} vs the float model (no fallback for TFLite input yet)")
-    return acc, failures
+    def __init__(self, cfg: Any, m: Any, adapter: TFLiteAdapter, out_names: List[str]):
+        from ..sources import open_source
+
+        self.cfg, self.adapter, self.out_names = cfg, adapter, out_names
+        self.rows: List[Dict[str, np.ndarray]] = []
+        for feed, _ in open_source(cfg.eval_data, m.inputs, cfg.preprocess).samples():
+            self.rows.extend(_rows(feed))
+        self.ref = [[adapter.run(r, out_names)[n] for n in out_names] for r in self.rows]
+
+    def check(self, data: bytes, default_cos: float) -> Tuple[Dict[str, Any], List[str]]:
+        got = [_run_int8(data, r) for r in self.rows]
+        ref, cfg = self.ref, self.cfg
+        outs: Dict[str, Any] = {}
+        for k, n in enumerate(self.out_names):
+            r = np.concatenate([x[k].ravel() for x in ref]).astype(np.float64)
+            e = np.concatenate([x[k].ravel() for x in got]).astype(np.float64) - r
+            outs[n] = {"cosine": min(_cos(g[k], x[k]) for g, x in zip(got, ref)),
+                       "snr_db": float(10 * np.log10((r @ r + 1e-30) / (e @ e + 1e-30))),
+                       "max_abs_error": float(np.abs(e).max())}
+        acc: Dict[str, Any] = {"samples": len(ref), "outputs": outs}
+        failures: List[str] = []
+        if cfg.task_metric is not None:
+            tm = float(cfg.task_metric(ref, got))
+            acc["task_metric"] = tm
+            limit = cfg.min_task_metric if cfg.min_task_metric is not None else 0.99
+            if tm < limit:
+                failures.append(f"task metric {tm:.4f} < {limit} on the held-out data")
+        elif cfg.budget:
+            limit = cfg.min_cosine if cfg.min_cosine is not None else default_cos
+            worst = min(o["cosine"] for o in outs.values())
+            if worst < limit:
+                failures.append(f"output cosine {worst:.4f} < {limit} vs the float model on the held-out data")
+        return acc, failures
+
+    def layer_errors(self, data: bytes, n: int = 4) -> List[Tuple[str, float]]:
+        """Each int8 op's *added* error in the INT8 model: the relative squared error of its output
+        vs the float model minus the largest of its inputs' (mean over ``n`` held-out samples), so
+        that a layer is ranked by the noise it brings, not by what reached it; largest first."""
+        from ..formats.tflite import load_runtime
+
+        rt = load_runtime()
+        it = rt.Interpreter(model_content=data, experimental_preserve_all_tensors=True, **rt.resolver_kwargs(False))
+        it.allocate_tensors()
+        details = {t["name"]: t for t in it.get_tensor_details()}
+        acts = set(self.adapter.activations())
+        # a graph output written int8 then dequantized carries its name on the float copy
+        alias = {nm: nm + "/int8" if nm + "/int8" in details else nm for nm in acts}
+        names = [nm for nm in acts if alias[nm] in details and details[alias[nm]]["dtype"] in (np.int8, np.float32)]
+        err: Dict[str, float] = {nm: 0.0 for nm in names}
+        for row in self.rows[:n]:
+            ref = self.adapter.run(row, names)
+            for d in it.get_input_details():
+                x = np.asarray(row[d["name"]], np.float32)
+                if d["dtype"] == np.int8:
+                    sc, z = d["quantization"]
+                    x = np.clip(np.round(x / sc + z), -128, 127)
+                it.set_tensor(d["index"], x.astype(d["dtype"]))
+            it.invoke()
+            for nm in names:
+                t = details[alias[nm]]
+                y = it.get_tensor(t["index"]).astype(np.float64)
+                if t["dtype"] == np.int8:
+                    sc, z = t["quantization"]
+                    y = (y - z) * sc
+                r = ref[nm].astype(np.float64)
+                err[nm] += float(((y - r) ** 2).sum() / ((r ** 2).sum() + 1e-12)) / n
+        g = self.adapter.graph
+        added: Dict[str, float] = {}
+        for op in g.ops:
+            outs = [g.tensors[o].name for o in op.outputs if g.tensors[o].name in err]
+            ins = [err[g.tensors[i].name] for i in op.inputs if i >= 0 and g.tensors[i].name in err]
+            for o in outs:
+                if details[alias[o]]["dtype"] == np.int8:
+                    added[o] = err[o] - (max(ins) if ins else 0.0)
+        return sorted(added.items(), key=lambda kv: -kv[1])
+
+
+def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[float, int]], data: bytes,
+              info: Dict[str, Any], accuracy: Any, failures: List[str], default_cos: float) -> Tuple[Any, ...]:
+    """Keep the layers with the largest output error in float, the fewest that make the budget hold
+    (the core's doubling/bisecting :func:`~.fallback.search_fallback`)."""
+    from .fallback import search_fallback
+
+    order = [nm for nm, _ in ev.layer_errors(data)]
+    built: Dict[int, Tuple[bytes, Dict[str, Any], Any, List[str]]] = {}
+
+    def holds(prefix: Any) -> Tuple[bool, Any]:
+        d, inf = adapter.write(qparams, cfg.tflite_io, exclude=prefix)
+        acc, fails = ev.check(d, default_cos)
+        built[len(prefix)] = (d, inf, acc, fails)
+        return not fails, len(prefix)
+
+    prefix, last, ok, _ = search_fallback(order, holds, limit=cfg.max_fallback)
+    if len(prefix) not in built:
+        return data, info, accuracy, failures, []
+    d, inf, acc, fails = built[len(prefix)]
+    if not ok:
+        fails = fails + [f"the budget does not hold with {len(prefix)} layers kept in float"]
+    return d, inf, acc, fails, list(prefix)

@@ -77,8 +77,9 @@ def _weight(w: np.ndarray, axis: Optional[int]) -> Tuple[np.ndarray, np.ndarray]
 
 
 class _Pass:
-    def __init__(self, lw: Any, io: str):
+    def __init__(self, lw: Any, io: str, exclude: Any = ()):
         self.lw, self.g, self.io = lw, lw.g, io
+        self.exclude = set(exclude)
         self.q: Dict[int, Tuple[float, int]] = {}
         self.copies: Dict[Tuple[int, str], int] = {}
         self.new_ops: List[TFLOp] = []
@@ -132,7 +133,7 @@ class _Pass:
         return tt.data is None and tt.dtype == "float32"
 
     def int8_op(self, op: TFLOp) -> bool:
-        if op.code not in INT8_OPS:
+        if op.code not in INT8_OPS or any(self.g.tensors[o].name in self.exclude for o in op.outputs):
             return False
         acts = [i for i in op.inputs if i >= 0 and self._is_act(i)] + [o for o in op.outputs if self._is_act(o)]
         return bool(acts) and all(a in self.q for a in acts)
@@ -257,7 +258,7 @@ class _Pass:
         return float(qq.scale[0]), int(qq.zero_point[0])
 
 
-def _expand_hard_swish(lw: Any) -> int:
+def _expand_hard_swish(lw: Any, exclude: Any = ()) -> int:
     """HARD_SWISH between quantized tensors -> ``x * (relu6(x + 3) / 6)`` (ADD with a fused RELU6,
     MUL, MUL): XNNPACK has no int8 HARD_SWISH, and the builtin kernel between delegated convs cuts
     the graph into one partition per layer."""
@@ -265,7 +266,8 @@ def _expand_hard_swish(lw: Any) -> int:
     out: List[TFLOp] = []
     n = 0
     for op in g.ops:
-        if op.code != "HARD_SWISH" or g.tensors[op.inputs[0]].onnx not in qp or g.tensors[op.outputs[0]].onnx not in qp:
+        if op.code != "HARD_SWISH" or g.tensors[op.inputs[0]].onnx not in qp or \
+                g.tensors[op.outputs[0]].onnx not in qp or g.tensors[op.outputs[0]].name in exclude:
             out.append(op)
             continue
         x, y = op.inputs[0], op.outputs[0]
@@ -283,14 +285,15 @@ def _expand_hard_swish(lw: Any) -> int:
     return n
 
 
-def quantize_graph(lw: Any, io: str = "float") -> Dict[str, Any]:
+def quantize_graph(lw: Any, io: str = "float", exclude: Any = ()) -> Dict[str, Any]:
     """Rewrite the lowered graph ``lw.g`` in place as int8 per the spec; returns counts for the record.
+    ``exclude``: names of op output tensors whose ops stay float (the fallback's layers).
 
     Raises :class:`ConversionError` when the graph carries no quantization (not a QDQ model)."""
     if not lw.qparams:
         raise ConversionError("the model has no activation Q/DQ: --int8 needs a QDQ model or calibration data")
-    expanded = _expand_hard_swish(lw)
-    p = _Pass(lw, io)
+    expanded = _expand_hard_swish(lw, set(exclude))
+    p = _Pass(lw, io, exclude)
     p.assign()
     p.rewrite()
     g: TFLGraph = lw.g
