@@ -94,3 +94,31 @@ def test_unconvertible_op_is_one_error_line(board_env, tmp_path):
     line = assert_one_error_line(proc)
     assert line.startswith("error: node 'nms' (NonMaxSuppression)")
     assert not (tmp_path / "nms.tflite").exists()
+
+
+@pytest.mark.parametrize("name", ["mp-hand-landmark", "mp-selfie-segmentation"])
+def test_float_mediapipe_tflite_quantizes_with_only_calib(name, board_env, tmp_path):
+    """``sdk quantize model.tflite --calib DATA`` (no other flag) writes a full-integer file that runs
+    through bench, push and validate (reference: the float .tflite)."""
+    require_corpus()
+    from sdk import corpus
+
+    model = next(m for m in MODELS if m.name == name)
+    feeds = corpus.sample_inputs(name, 8, seed=0)
+    np.savez(tmp_path / "calib.npz", **{k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
+    out = tmp_path / f"{name}.int8.tflite"
+    proc = sdk(board_env, "quantize", model.path, "--calib", tmp_path / "calib.npz", "-o", out, "--report",
+               tmp_path / "q.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads((tmp_path / "q.json").read_text())
+    assert rep["target"] == "tflite" and rep["tflite"]["ops_int8"] > 20 and rep["model"]["weights_dequantized"] > 50
+    proc = sdk(board_env, "bench", out, *FAST, "--json", tmp_path / "bench.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = sdk(board_env, "push", out, "--board", "local", *FAST, "--idle-seconds", "0", "--json", tmp_path / "p.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = sdk(board_env, "validate", out, "--board", "local", "--reference-model", model.path, "--json",
+               tmp_path / "v.json", "-q")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (board,) = json.loads((tmp_path / "v.json").read_text())["boards"]
+    assert board["error"] is None and board["compare"]
+    record(name, **{"tflite int8 (from .tflite)": "pass"})
