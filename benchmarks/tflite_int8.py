@@ -134,7 +134,8 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, aeq_py: Optiona
     row: Dict[str, Any] = {"model": name}
     flt = work / f"{name}.tflite"
     t0 = time.perf_counter()
-    res = convert(src, flt, ConvertOptions(input_shapes=shapes))
+    # a SignatureDef: ai-edge-quantizer drives the model through one
+    res = convert(src, flt, ConvertOptions(input_shapes=shapes, extra={"signature": "serving_default"}))
     row["convert_s"] = time.perf_counter() - t0
     row["ops"] = sum(res.details["ops"].values())
     row["float_MB"] = flt.stat().st_size / 1e6

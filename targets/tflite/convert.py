@@ -13,7 +13,10 @@ it), and records the source model's sha256 and the input/output layouts.
 
 Converter options (``--option KEY=VALUE``): ``io_layout=onnx|nhwc`` (graph inputs/outputs keep
 ONNX's NCHW, the default, or are NHWC), ``io=float|int8`` (INT8 only: float inputs/outputs with
-QUANTIZE/DEQUANTIZE at the edges, or int8 ones), ``method``, ``calib_limit``.
+QUANTIZE/DEQUANTIZE at the edges, or int8 ones), ``method``, ``calib_limit``, ``signature=KEY`` (add a
+SignatureDef, e.g. ``serving_default``, for tools that drive models through one, such as
+ai-edge-quantizer; off by default because LiteRT lists a signature's outputs sorted by name, not in the
+ONNX graph's order).
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from ..convert import ConvertOptions, ConvertResult
 __all__ = ["convert_to_tflite", "onnx_to_tflite_bytes", "write_qdq_tflite", "METADATA_KEY", "onnx_names"]
 
 METADATA_KEY = "edgesdk.onnx"
-_OPTIONS = ("io_layout", "io", "method", "calib_limit")
+_OPTIONS = ("io_layout", "io", "method", "calib_limit", "signature")
 
 
 def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
@@ -48,7 +51,7 @@ def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
 
 def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None, *,
                          io_layout: str = "onnx", int8_io: Optional[str] = None, source_sha256: str = "",
-                         ) -> Dict[str, Any]:
+                         signature: Optional[str] = None) -> Dict[str, Any]:
     """Convert an ONNX ``ModelProto`` (float, or QDQ when ``int8_io`` is ``"float"`` or ``"int8"``).
 
     Returns ``{"data": bytes, "ops": {op: count}, "notes": [...], "tensors": n, "folded": n}``;
@@ -70,7 +73,7 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
         extra["int8"] = {"io": int8_io, **info}
         notes.extend(info.get("notes", []))
     data = write_flatbuffer(lw.g, {METADATA_KEY: _metadata(lw, source_sha256, extra)},
-                            description="edgesdk onnx->tflite")
+                            description="edgesdk onnx->tflite", signature=signature)
     ops: Dict[str, int] = {}
     for op in lw.g.ops:
         ops[op.code] = ops.get(op.code, 0) + 1
@@ -120,6 +123,7 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
     if m.format != "onnx":
         raise InputError(f"'{source}' is a {m.format} model; the .tflite converter reads ONNX")
     io_layout = str(options.extra.get("io_layout", "onnx"))
+    signature = str(options.extra["signature"]) if options.extra.get("signature") else None
     notes = []
     details: Dict[str, Any] = {}
     if options.int8:
@@ -127,11 +131,13 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
         notes.extend(qinfo.pop("notes", []))
         details["quantize"] = qinfo
         res = onnx_to_tflite_bytes(proto, options.input_shapes, io_layout=io_layout,
-                                   int8_io=str(options.extra.get("io", "float")), source_sha256=m.sha256)
+                                   int8_io=str(options.extra.get("io", "float")), source_sha256=m.sha256,
+                                   signature=signature)
     else:
         if options.extra.get("io") not in (None, "float"):
             raise InputError("option io=int8 needs --int8", "add --int8 --calib DIR")
-        res = onnx_to_tflite_bytes(m.proto, options.input_shapes, io_layout=io_layout, source_sha256=m.sha256)
+        res = onnx_to_tflite_bytes(m.proto, options.input_shapes, io_layout=io_layout, source_sha256=m.sha256,
+                                   signature=signature)
     notes.extend(res["notes"])
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(output, res["data"])

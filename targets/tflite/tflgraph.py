@@ -159,8 +159,10 @@ def _aligned_buffer_type(fb: Any) -> Any:
 
 
 def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None,
-                     description: str = "edgesdk") -> bytes:
-    """The ``.tflite`` bytes of ``g`` (schema version 3) with ``metadata`` entries."""
+                     description: str = "edgesdk", signature: Optional[str] = None) -> bytes:
+    """The ``.tflite`` bytes of ``g`` (schema version 3) with ``metadata`` entries and, when
+    ``signature`` names one, a SignatureDef over the graph's inputs/outputs (LiteRT lists a
+    signature's outputs sorted by name, not in the graph's order, so none by default)."""
     import flatbuffers
 
     fb = schema()
@@ -226,18 +228,18 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
     sub.inputs = np.array(g.inputs, np.int32)
     sub.outputs = np.array(g.outputs, np.int32)
     model.subgraphs = [sub]
-    # one SignatureDef ("serving_default") with the tensors' own names, what LiteRT's signature
-    # runners and ai-edge-quantizer look for
-    sig = fb.SignatureDefT()
-    sig.signatureKey = "serving_default"
-    sig.subgraphIndex = 0
-    sig.inputs, sig.outputs = [], []
-    for idx, dst in ((g.inputs, sig.inputs), (g.outputs, sig.outputs)):
-        for i in idx:
-            tm = fb.TensorMapT()
-            tm.name, tm.tensorIndex = g.tensors[i].name, i
-            dst.append(tm)
-    model.signatureDefs = [sig]
+    model.signatureDefs = []
+    if signature:
+        sig = fb.SignatureDefT()
+        sig.signatureKey = signature
+        sig.subgraphIndex = 0
+        sig.inputs, sig.outputs = [], []
+        for idx, dst in ((g.inputs, sig.inputs), (g.outputs, sig.outputs)):
+            for i in idx:
+                tm = fb.TensorMapT()
+                tm.name, tm.tensorIndex = g.tensors[i].name, i
+                dst.append(tm)
+        model.signatureDefs = [sig]
     model.metadata = []
     for name, data in (metadata or {}).items():
         b = Buf()

@@ -424,3 +424,16 @@ def test_lstm_with_initial_state_is_refused():
                [4, 1, 2], ["y"])
     with pytest.raises(ConversionError, match=r"node 'lstm_h0' \(LSTM\), attribute initial_h"):
         onnx_to_tflite_bytes(m)
+
+
+def test_signature_only_when_asked(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = _conv_then([_node("Relu", ["c"])])
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    convert(src, tmp_path / "plain.tflite")
+    assert Interpreter(model_path=str(tmp_path / "plain.tflite")).get_signature_list() == {}
+    convert(src, tmp_path / "sig.tflite", ConvertOptions(extra={"signature": "serving_default"}))
+    sigs = Interpreter(model_path=str(tmp_path / "sig.tflite")).get_signature_list()
+    assert sigs == {"serving_default": {"inputs": ["x"], "outputs": ["y"]}}
