@@ -299,6 +299,8 @@ class QuantizeConfig:
     speed_check: bool = True
     allow_slower: bool = False
     progress: Optional[ProgressFn] = None
+    #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
+    tflite_io: str = "float"
 
 
 def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
@@ -325,6 +327,12 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         from .task_metrics import resolve_task_metric
 
         cfg = replace(cfg, task_metric=resolve_task_metric(cfg.task_metric))
+    from .tflite_model import is_tflite, quantize_tflite
+
+    if is_tflite(model):  # the TFLite format adapter under the same core (statistics, methods, budget)
+        return quantize_tflite(model, calib, cfg, Path(output) if output is not None else None)
+    if output is not None and Path(output).suffix.lower() == ".tflite":
+        _check_tflite_output(cfg)
     t_start = time.perf_counter()
     run = _Run(cfg)
     run.defer_stats = output is not None       # -o and --stats are written together, as one set
@@ -339,7 +347,7 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
         fresh = cfg.stats_path is not None and not run.calib_info.get("reused")
         _write_outputs(res, run.extras(), Path(output), cfg.report_path, cfg.trt_cache, cfg.trt_version,
                        cfg.ranges_path, stats=(run.stats, Path(cfg.stats_path)) if fresh and cfg.stats_path else None,
-                       stats_file=run.calib_info.get("statistics_file"))
+                       stats_file=run.calib_info.get("statistics_file"), cfg=cfg)
     elif cfg.report_path is not None:
         _write_json(Path(cfg.report_path), res.report)
     return res
@@ -736,6 +744,13 @@ def _json_default(o: Any) -> Any:
     return str(o)
 
 
+def _check_tflite_output(cfg: QuantizeConfig) -> None:
+    if cfg.scheme != "tflite":
+        raise InputError(f"-o *.tflite writes a TFLite model, but --target is {cfg.scheme}", "add --target tflite")
+    if cfg.tflite_io not in ("float", "int8"):
+        raise InputError(f"--io {cfg.tflite_io!r}", "use --io float or --io int8")
+
+
 @contextmanager
 def _folder_locks(paths: Iterable[Path]) -> Iterator[None]:
     """Exclusive ``flock`` on the folders of ``paths`` (sorted: two runs never deadlock), held while
@@ -758,7 +773,7 @@ def _folder_locks(paths: Iterable[Path]) -> Iterator[None]:
 
 def _write_outputs(res: QuantizeResult, extras: Dict[str, Any], output: Path, report_path, trt_cache, trt_version,
                    ranges_path, stats: Optional[Tuple[CalibrationStats, Path]] = None,
-                   stats_file: Optional[Dict[str, Any]] = None) -> None:
+                   stats_file: Optional[Dict[str, Any]] = None, cfg: Optional[QuantizeConfig] = None) -> None:
     """Every output of one run, written as a set under one lock: the statistics (when computed by
     this run), the model, the TensorRT cache, the ranges, the report (which names the statistics
     file it used, with its sha256)."""
@@ -771,14 +786,25 @@ def _write_outputs(res: QuantizeResult, extras: Dict[str, Any], output: Path, re
             stats_file = {"path": str(stats[1]), "sha256": file_sha256(stats[1])}
         if stats_file is not None:
             res.report.setdefault("calibration", {})["statistics_file"] = stats_file
-        _write_outputs_locked(res, extras, output, report_path, trt_cache, trt_version, ranges_path)
+        _write_outputs_locked(res, extras, output, report_path, trt_cache, trt_version, ranges_path, cfg)
 
 
 def _write_outputs_locked(res: QuantizeResult, extras: Dict[str, Any], output: Path, report_path, trt_cache,
-                          trt_version, ranges_path) -> None:
+                          trt_version, ranges_path, cfg: Optional[QuantizeConfig] = None) -> None:
     from .trtcache import DEFAULT_TRT_VERSION, write_cache
 
-    saved = res.model.save(output)
+    if output.suffix.lower() == ".tflite":
+        from ..targets.tflite.convert import write_qdq_tflite
+
+        c = cfg or QuantizeConfig(scheme="tflite")
+        res.report["tflite"] = write_qdq_tflite(res.model.proto, output, io=c.tflite_io,
+                                                input_shapes=c.input_shapes, source_sha256=res.report.get(
+                                                    "model", {}).get("sha256", ""))
+        from ..model import Model
+
+        saved = Model.load(output)
+    else:
+        saved = res.model.save(output)
     res.model = saved
     res.extras["model"] = str(output)
     res.extras["model_sha256"] = saved.sha256

@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 def quantize_cmd(
     model: str = typer.Argument(..., help="FP32 ONNX model."),
     calib: str = typer.Option(..., "--calib", help="Calibration data: image folder, .npy/.npz file or folder."),
-    output: str = typer.Option(..., "--output", "-o", help="Where to write the INT8 QDQ model (.onnx)."),
+    output: str = typer.Option(..., "--output", "-o", help="Where to write the INT8 model: QDQ .onnx, or a "
+                                                           "full-integer .tflite with --target tflite."),
     method: Optional[str] = typer.Option(
         None, "--method", help="Calibration method: auto, minmax, percentile, entropy, mse (default: the target's; "
                                "auto for onnxruntime: per tensor, the least expected quantization error)."),
@@ -66,6 +67,7 @@ def quantize_cmd(
     trt_version: Optional[str] = typer.Option(None, "--trt-version", help="Version in the cache header, e.g. 8510."),
     ranges: Optional[str] = typer.Option(None, "--ranges", help="Write per-tensor quantization ranges as JSON here."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the report JSON here ('-' for stdout)."),
+    io: str = typer.Option("float", "--io", help="-o *.tflite: float or int8 model inputs/outputs."),
 ) -> None:
     """Quantize an FP32 ONNX model to INT8 (QDQ) for a target, from calibration data streamed once."""
     from ..quantize.api import QuantizeConfig, quantize
@@ -102,7 +104,8 @@ def quantize_cmd(
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
-        ranges_path=ranges, speed_check=not no_speed_check, allow_slower=allow_slower, progress=progress_cb)
+        ranges_path=ranges, speed_check=not no_speed_check, allow_slower=allow_slower, progress=progress_cb,
+        tflite_io=io)
     try:
         with warnings.catch_warnings():  # the report's warnings are printed below, once
             warnings.simplefilter("ignore", UserWarning)

@@ -1,0 +1,313 @@
+"""Full-integer TFLite from a lowered QDQ graph, per TFLite's int8 quantization spec.
+
+The activation scales and zero points are the QDQ model's (:attr:`Lowering.qparams`, from the
+quantizer's calibration with the ``tflite`` scheme); this pass only writes them the way TFLite's
+kernels read them:
+
+- weights int8 symmetric (zero point 0, [-127, 127]): per output channel for CONV_2D (dim 0),
+  DEPTHWISE_CONV_2D (dim 3) and TRANSPOSE_CONV (dim 0), per tensor for FULLY_CONNECTED; the QDQ
+  model's int8 weights come back exactly (their channel's absmax is 127 levels);
+- bias int32 with scale ``s_in * s_w`` (per channel), zero point 0;
+- activations int8 asymmetric per tensor; LOGISTIC and SOFTMAX outputs fixed at (1/256, -128),
+  TANH at (1/128, 0), LOG_SOFTMAX at (16/256, 127);
+- the same scale on input and output of MAX_POOL_2D, AVERAGE_POOL_2D, RESHAPE, TRANSPOSE,
+  STRIDED_SLICE, SPLIT_V, PAD, RESIZE_*, GATHER...; CONCATENATION inputs share the output's scale
+  (an input with another one is requantized by a QUANTIZE op first);
+- an op with no int8 kernel, or a tensor the QDQ model left in float, stays float: DEQUANTIZE before
+  it and QUANTIZE after it; graph inputs/outputs are float with QUANTIZE/DEQUANTIZE (``io="float"``)
+  or int8 themselves (``io="int8"``, what the Edge TPU and microcontrollers take).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...errors import ConversionError
+from .tflgraph import Quant, TFLGraph, TFLOp
+
+__all__ = ["quantize_graph", "INT8_OPS", "SAME_SCALE_OPS", "FIXED_OUTPUT"]
+
+INT8_OPS = frozenset({
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
+    "CONCATENATION", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "REDUCE_MAX", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE",
+    "SPLIT_V", "PAD", "PADV2", "RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR", "LOGISTIC", "SOFTMAX", "TANH",
+    "HARD_SWISH", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LEAKY_RELU", "PRELU", "GATHER", "BATCH_MATMUL",
+    "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "LOG_SOFTMAX", "MIRROR_PAD"})
+#: ops whose int8 kernel reads and writes one scale (the output takes the input's)
+SAME_SCALE_OPS = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "SPLIT_V",
+                            "PAD", "PADV2", "MIRROR_PAD", "RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR", "GATHER",
+                            "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "REDUCE_MAX"})
+FIXED_OUTPUT = {"LOGISTIC": (1.0 / 256, -128), "SOFTMAX": (1.0 / 256, -128), "TANH": (1.0 / 128, 0),
+                "LOG_SOFTMAX": (16.0 / 256, 127)}
+#: (op, input slot) -> the axis of per-channel weights (None: per tensor)
+_WEIGHT_SLOTS = {("CONV_2D", 1): 0, ("DEPTHWISE_CONV_2D", 1): 3, ("TRANSPOSE_CONV", 1): 0, ("FULLY_CONNECTED", 1): None}
+_BIAS = {"CONV_2D": (2, 0, 1), "DEPTHWISE_CONV_2D": (2, 0, 1), "FULLY_CONNECTED": (2, 0, 1), "TRANSPOSE_CONV": (3, 2, 1)}
+_SHAPE_SLOTS = {("RESHAPE", 1), ("TRANSPOSE", 1), ("STRIDED_SLICE", 1), ("STRIDED_SLICE", 2), ("STRIDED_SLICE", 3),
+                ("SPLIT_V", 1), ("SPLIT_V", 2), ("PAD", 1), ("PADV2", 1), ("MIRROR_PAD", 1), ("MEAN", 1),
+                ("REDUCE_MAX", 1), ("RESIZE_NEAREST_NEIGHBOR", 1), ("RESIZE_BILINEAR", 1), ("GATHER", 1),
+                ("TRANSPOSE_CONV", 0)}
+
+
+def _from_range(lo: float, hi: float) -> Tuple[float, int]:
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if hi - lo <= 0:
+        return 1.0, 0
+    scale = (hi - lo) / 255.0
+    zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
+    return scale, zp
+
+
+def _range(q: Tuple[float, int]) -> Tuple[float, float]:
+    s, z = q
+    return (-128 - z) * s, (127 - z) * s
+
+
+def _weight(w: np.ndarray, axis: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+    if axis is None:
+        amax = np.array([np.abs(w).max()])
+    else:
+        amax = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float64)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+class _Pass:
+    def __init__(self, lw: Any, io: str, exclude: Any = ()):
+        self.lw, self.g, self.io = lw, lw.g, io
+        self.exclude = set(exclude)
+        self.q: Dict[int, Tuple[float, int]] = {}
+        self.copies: Dict[Tuple[int, str], int] = {}
+        self.new_ops: List[TFLOp] = []
+        self.requantized = 0
+
+    # -- quantization parameters of every float activation ------------------------------------
+    def assign(self) -> None:
+        g, qp = self.g, self.lw.qparams
+        for t in g.inputs:
+            name = g.tensors[t].onnx
+            if name in qp:
+                self.q[t] = qp[name]
+        for op in g.ops:
+            ins = [i for i in op.inputs if i >= 0 and g.tensors[i].data is None and g.tensors[i].dtype == "float32"]
+            src = self.q.get(ins[0]) if ins else None
+            for t in op.outputs:
+                name = g.tensors[t].onnx
+                if op.code in SAME_SCALE_OPS and src is not None:
+                    self.q[t] = src
+                elif op.code in FIXED_OUTPUT and (name in qp or src is not None):
+                    self.q[t] = FIXED_OUTPUT[op.code]
+                elif name in qp:
+                    self.q[t] = qp[name]
+                elif src is not None:
+                    derived = self._derived(op, src)
+                    if derived is not None:
+                        self.q[t] = derived
+
+    def _derived(self, op: TFLOp, src: Tuple[float, int]) -> Optional[Tuple[float, int]]:
+        """An intermediate the lowering made (HardSigmoid's x*a+b, BatchNorm's x*s+t): its range from
+        the input's and the constant's."""
+        g = self.g
+        if op.code == "RELU_0_TO_1":
+            return _from_range(0.0, 1.0)
+        if op.code not in ("MUL", "ADD") or len(op.inputs) != 2:
+            return None
+        c = g.tensors[op.inputs[1]].data
+        if c is None:
+            return None
+        lo, hi = _range(src)
+        vals = [lo * c, hi * c] if op.code == "MUL" else [lo + c, hi + c]
+        lo, hi = float(np.min(vals)), float(np.max(vals))
+        act = op.options.get("fusedActivationFunction", 0)
+        if act in (1, 3):
+            lo, hi = max(lo, 0.0), hi if act == 1 else min(hi, 6.0)
+        return _from_range(lo, hi)
+
+    # -- the rewrite ---------------------------------------------------------------------------
+    def _is_act(self, t: int) -> bool:
+        tt = self.g.tensors[t]
+        return tt.data is None and tt.dtype == "float32"
+
+    def int8_op(self, op: TFLOp) -> bool:
+        if op.code not in INT8_OPS or any(self.g.tensors[o].name in self.exclude for o in op.outputs):
+            return False
+        acts = [i for i in op.inputs if i >= 0 and self._is_act(i)] + [o for o in op.outputs if self._is_act(o)]
+        return bool(acts) and all(a in self.q for a in acts)
+
+    def _copy(self, t: int, kind: str) -> int:
+        """``t`` as int8 (QUANTIZE of a float tensor) or as float (DEQUANTIZE of an int8 one)."""
+        key = (t, kind)
+        if key in self.copies:
+            return self.copies[key]
+        g, src = self.g, self.g.tensors[t]
+        if kind == "int8":
+            c = g.add_tensor(src.name + "/int8", src.shape, "int8", quant=Quant.tensor(*self.q[t]))
+            self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=src.onnx))
+        else:
+            c = g.add_tensor(src.name + "/float", src.shape, "float32")
+            self.new_ops.append(TFLOp("DEQUANTIZE", [t], [c], source=src.onnx))
+        g.tensors[c].onnx, g.tensors[c].perm = src.onnx, src.perm
+        self.copies[key] = c
+        return c
+
+    def _requant(self, t: int, want: Tuple[float, int]) -> int:
+        key = (t, f"rq{want}")
+        if key not in self.copies:
+            src = self.g.tensors[t]
+            c = self.g.add_tensor(src.name + "/requant", src.shape, "int8", quant=Quant.tensor(*want))
+            self.g.tensors[c].onnx, self.g.tensors[c].perm = src.onnx, src.perm
+            self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=src.onnx))
+            self.copies[key] = c
+            self.requantized += 1
+        return self.copies[key]
+
+    def _const_input(self, op: TFLOp, slot: int, t: int) -> int:
+        g, tt = self.g, self.g.tensors[t]
+        if (op.code, slot) in _SHAPE_SLOTS or tt.dtype != "float32":
+            return t
+        assert tt.data is not None
+        data = tt.data.astype(np.float64)
+        if (op.code, slot) in _WEIGHT_SLOTS:
+            axis = _WEIGHT_SLOTS[(op.code, slot)]
+            q, s = _weight(data, axis)
+            return g.add_tensor(tt.name + "/int8", q.shape, "int8", q,
+                                Quant(s, np.zeros(s.size, np.int64), axis if axis is not None else 0))
+        if op.code in _BIAS and slot == _BIAS[op.code][0]:
+            raise AssertionError("bias handled by the op")  # pragma: no cover
+        if op.code == "PADV2":
+            qv = self.q[op.inputs[0]]
+            v = int(np.clip(np.round(float(data.reshape(-1)[0]) / qv[0] + qv[1]), -128, 127))
+            return g.add_tensor(tt.name + "/int8", (), "int8", np.array(v, np.int8), Quant.tensor(*qv))
+        scale, zp = _from_range(float(data.min()), float(data.max()))
+        q = np.clip(np.round(data / scale + zp), -128, 127).astype(np.int8)
+        return g.add_tensor(tt.name + "/int8", q.shape, "int8", q, Quant.tensor(scale, zp))
+
+    def _bias(self, op: TFLOp, ins: List[int]) -> None:
+        slot, in_slot, w_slot = _BIAS[op.code]
+        if len(op.inputs) <= slot or op.inputs[slot] < 0:
+            return
+        b = self.g.tensors[op.inputs[slot]]
+        s_in = self.q[op.inputs[in_slot]][0]
+        w = self.g.tensors[ins[w_slot]]
+        assert w.quant is not None and b.data is not None
+        s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)   # per channel, or one (FULLY_CONNECTED)
+        q = np.clip(np.round(b.data.astype(np.float64) / np.broadcast_to(s, b.data.shape)), -2**31, 2**31 - 1
+                    ).astype(np.int32)
+        ins[slot] = self.g.add_tensor(b.name + "/int32", q.shape, "int32", q,
+                                      Quant(s.astype(np.float32), np.zeros(s.size, np.int64), 0))
+
+    def rewrite(self) -> None:
+        g = self.g
+        int8_ins = set(g.inputs) if self.io == "int8" else set()
+        for t in list(int8_ins):
+            if t in self.q:
+                g.tensors[t].dtype, g.tensors[t].quant = "int8", Quant.tensor(*self.q[t])
+            else:
+                int8_ins.discard(t)
+        int8_tensors = set(int8_ins)
+        for op in g.ops:
+            if self.int8_op(op):
+                ins = list(op.inputs)
+                for k, t in enumerate(op.inputs):
+                    if t < 0:
+                        continue
+                    if g.tensors[t].data is not None:
+                        if op.code in _BIAS and k == _BIAS[op.code][0]:
+                            continue
+                        ins[k] = self._const_input(op, k, t)
+                    elif self._is_act(t) and t not in int8_tensors:
+                        ins[k] = self._copy(t, "int8")
+                if op.code in _BIAS:
+                    self._bias(op, ins)
+                if op.code == "CONCATENATION":
+                    want = self.q[op.outputs[0]]
+                    ins = [self._requant(t, want) if self._qof(t) != want else t for t in ins]
+                op.inputs = ins
+                for t in op.outputs:
+                    if self._is_act(t):
+                        g.tensors[t].dtype, g.tensors[t].quant = "int8", Quant.tensor(*self.q[t])
+                        int8_tensors.add(t)
+            else:
+                op.inputs = [self._copy(t, "float") if t in int8_tensors else t for t in op.inputs]
+            self.new_ops.append(op)
+        outs = []
+        for t in g.outputs:
+            if t in int8_tensors and self.io == "float":
+                tt = g.tensors[t]
+                name = tt.name
+                tt.name = name + "/int8"
+                g._names[tt.name] = t
+                c = g.add_tensor(name + "/dequantized", tt.shape, "float32")
+                g.tensors[c].name = name
+                g._names[name] = c
+                g.tensors[c].onnx, g.tensors[c].perm = tt.onnx, tt.perm
+                self.new_ops.append(TFLOp("DEQUANTIZE", [t], [c], source=tt.onnx))
+                outs.append(c)
+            else:
+                outs.append(t)
+        g.outputs = outs
+        g.ops = self.new_ops
+
+    def _qof(self, t: int) -> Tuple[float, int]:
+        qq = self.g.tensors[t].quant
+        assert qq is not None
+        return float(qq.scale[0]), int(qq.zero_point[0])
+
+
+def _expand_hard_swish(lw: Any, exclude: Any = ()) -> int:
+    """HARD_SWISH between quantized tensors -> ``x * (relu6(x + 3) / 6)`` (ADD with a fused RELU6,
+    MUL, MUL): XNNPACK has no int8 HARD_SWISH, and the builtin kernel between delegated convs cuts
+    the graph into one partition per layer."""
+    g, qp = lw.g, lw.qparams
+    out: List[TFLOp] = []
+    n = 0
+    for op in g.ops:
+        if op.code != "HARD_SWISH" or g.tensors[op.inputs[0]].onnx not in qp or \
+                g.tensors[op.outputs[0]].onnx not in qp or g.tensors[op.outputs[0]].name in exclude:
+            out.append(op)
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        base = g.tensors[y].name
+        shape = g.tensors[x].shape
+        a = g.add_tensor(base + "/relu6", shape)
+        b = g.add_tensor(base + "/hsig", shape)
+        out.append(TFLOp("ADD", [x, g.const(base + "/three", np.array(3.0, np.float32))], [a], "AddOptions",
+                         {"fusedActivationFunction": 3, "potScaleInt16": False}, op.source))
+        out.append(TFLOp("MUL", [a, g.const(base + "/sixth", np.array(1.0 / 6.0, np.float32))], [b], "MulOptions",
+                         {"fusedActivationFunction": 0}, op.source))
+        out.append(TFLOp("MUL", [x, b], [y], "MulOptions", {"fusedActivationFunction": 0}, op.source))
+        n += 1
+    g.ops = out
+    return n
+
+
+def quantize_graph(lw: Any, io: str = "float", exclude: Any = ()) -> Dict[str, Any]:
+    """Rewrite the lowered graph ``lw.g`` in place as int8 per the spec; returns counts for the record.
+    ``exclude``: names of op output tensors whose ops stay float (the fallback's layers).
+
+    Raises :class:`ConversionError` when the graph carries no quantization (not a QDQ model)."""
+    if not lw.qparams:
+        raise ConversionError("the model has no activation Q/DQ: --int8 needs a QDQ model or calibration data")
+    expanded = _expand_hard_swish(lw, set(exclude))
+    p = _Pass(lw, io, exclude)
+    p.assign()
+    p.rewrite()
+    g: TFLGraph = lw.g
+    g.prune()
+    ops_int8 = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
+                   any(g.tensors[o].dtype == "int8" for o in op.outputs))
+    ops_float = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
+                    any(g.tensors[o].dtype == "float32" for o in op.outputs))
+    floats = sorted({op.code for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
+                     any(g.tensors[o].dtype == "float32" for o in op.outputs)})
+    notes = []
+    if ops_float:
+        notes.append(f"{ops_float} ops stay float ({', '.join(floats)}): no int8 kernel or kept in float by the plan")
+    return {"ops_int8": ops_int8, "ops_float": ops_float, "float_op_types": floats,
+            "requantized_concat_inputs": p.requantized, "hard_swish_expanded": expanded,
+            "quantize_ops": sum(1 for op in g.ops if op.code == "QUANTIZE"),
+            "dequantize_ops": sum(1 for op in g.ops if op.code == "DEQUANTIZE"), "notes": notes}

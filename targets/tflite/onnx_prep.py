@@ -1,0 +1,255 @@
+"""ONNX graph preparation for the TFLite converter: fixed input shapes, every constant subgraph
+folded (weights in ``Constant`` nodes, ``Shape -> Gather -> Concat -> Reshape`` chains, ``Range``,
+``ConstantOfShape``...), BatchNormalization folded into the Conv before it, and a static shape and
+dtype for every tensor.
+
+Folding evaluates the constant subgraph once in onnxruntime (the graph's own kernels, so the values
+are exactly what the model computes), with those tensors exposed as outputs and the inputs at zero.
+Shapes come from ONNX shape inference on the folded graph, and from one more onnxruntime run for any
+tensor inference leaves open.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ...errors import ConversionError
+
+__all__ = ["Prepared", "prepare"]
+
+#: ops never folded even with constant inputs (their value is not a function of the inputs)
+_NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+
+
+@dataclass
+class Prepared:
+    """The folded graph: remaining nodes, constants (name -> array), shapes and numpy dtypes of every
+    tensor, the graph inputs/outputs, and ``notes`` for the user."""
+
+    proto: Any
+    nodes: List[Any]
+    consts: Dict[str, np.ndarray]
+    shapes: Dict[str, Tuple[int, ...]]
+    dtypes: Dict[str, str]
+    inputs: List[str]
+    outputs: List[str]
+    opset: int
+    notes: List[str] = field(default_factory=list)
+    folded: int = 0
+
+
+def _np_dtype(elem: int) -> str:
+    from onnx import helper
+
+    return str(np.dtype(helper.tensor_dtype_to_np_dtype(elem)))
+
+
+def _fix_inputs(proto: Any, shapes: Mapping[str, Sequence[int]], notes: List[str]) -> None:
+    inits = {i.name for i in proto.graph.initializer}
+    known = [i.name for i in proto.graph.input if i.name not in inits]
+    for name in shapes:
+        if name not in known:
+            raise ConversionError(f"--input-shape names '{name}', which is not an input of the model",
+                                  f"its inputs: {', '.join(known)}")
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name in shapes:
+            want = list(shapes[vi.name])
+            if len(want) != len(dims):
+                raise ConversionError(f"--input-shape {vi.name}: {len(want)} dims given, the input has {len(dims)}")
+            for d, v in zip(dims, want):
+                d.ClearField("dim_param")
+                d.dim_value = int(v)
+            continue
+        dynamic = [k for k, d in enumerate(dims) if not d.HasField("dim_value") or d.dim_value <= 0]
+        if dynamic == [0] and len(dims) > 1:
+            dims[0].ClearField("dim_param")
+            dims[0].dim_value = 1
+            notes.append(f"input '{vi.name}': dynamic batch fixed to 1")
+        elif dynamic:
+            raise ConversionError(
+                f"input '{vi.name}' has dynamic dims {[d.dim_param or '?' for d in dims]}: TFLite needs static shapes",
+                f"fix them with --input-shape {vi.name}=" + "x".join(str(d.dim_value or 1) for d in dims))
+
+
+def _session(proto: Any, outputs: Sequence[str]) -> Any:
+    """An onnxruntime session of ``proto`` (our own copy: its outputs are swapped for the
+    serialisation and put back) that returns ``outputs``."""
+    import onnx
+    import onnxruntime as ort
+
+    saved = list(proto.graph.output)
+    del proto.graph.output[:]
+    proto.graph.output.extend(onnx.ValueInfoProto(name=name) for name in outputs)
+    try:
+        data = proto.SerializeToString()
+    finally:
+        del proto.graph.output[:]
+        proto.graph.output.extend(saved)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _zero_feed(proto: Any, inits: Set[str]) -> Dict[str, np.ndarray]:
+    feed = {}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feed[vi.name] = np.zeros(shape, _np_dtype(vi.type.tensor_type.elem_type))
+    return feed
+
+
+def _constant_nodes(nodes: Sequence[Any], consts: Set[str]) -> List[Any]:
+    out = []
+    for n in nodes:
+        if n.op_type in _NOT_FOLDABLE:
+            continue
+        data = [i for i in n.input if i]
+        if n.op_type == "Shape" or all(i in consts for i in data):
+            out.append(n)
+            consts.update(o for o in n.output if o)
+    return out
+
+
+def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Prepared:
+    """Fold and annotate ``proto`` (not modified) for lowering; raises :class:`ConversionError`."""
+    import onnx
+    from onnx import numpy_helper
+
+    from ...formats.onnx_fold import fold_constants
+
+    notes: List[str] = []
+    work = onnx.ModelProto()
+    work.CopyFrom(proto)
+    if any(len(n.attribute) and any(a.type in (5, 10) and a.name in ("then_branch", "else_branch", "body")
+                                    for a in n.attribute) for n in work.graph.node):
+        bad = next(n for n in work.graph.node if n.op_type in ("If", "Loop", "Scan"))
+        raise ConversionError(f"node '{bad.name}' ({bad.op_type}): control flow is not converted to TFLite")
+    _fix_inputs(work, input_shapes or {}, notes)
+    work, _ = fold_constants(work)
+    inits = {i.name for i in work.graph.initializer}
+    consts: Dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in work.graph.initializer}
+    names = set(consts)
+    folded_nodes = _constant_nodes(work.graph.node, names)
+    graph_out = [o.name for o in work.graph.output]
+    wanted = [o for n in folded_nodes for o in n.output if o and o not in consts]
+    if wanted:
+        try:
+            sess = _session(work, wanted)
+            values = sess.run(wanted, _zero_feed(work, inits))
+        except Exception as exc:  # onnxruntime's errors are plain RuntimeErrors
+            raise ConversionError(f"the model's constant subgraph does not evaluate in onnxruntime: {exc}") from exc
+        consts.update(dict(zip(wanted, values)))
+    folded_set = {id(n) for n in folded_nodes}
+    nodes = [n for n in work.graph.node if id(n) not in folded_set]
+    if any(o in consts for o in graph_out):
+        c = next(o for o in graph_out if o in consts)
+        raise ConversionError(f"graph output '{c}' is a constant: a TFLite graph output must be computed")
+    # shapes: inference over the folded graph
+    used = {i for n in nodes for i in n.input if i}
+    g = onnx.ModelProto(ir_version=work.ir_version)
+    g.opset_import.extend(work.opset_import)
+    g.graph.name = work.graph.name
+    g.graph.input.extend(i for i in work.graph.input if i.name not in inits)
+    g.graph.output.extend(work.graph.output)
+    g.graph.node.extend(nodes)
+    for o in g.graph.output:  # declared output shapes may be stale or symbolic: infer them
+        o.type.tensor_type.ClearField("shape")
+    # shape inference over a light copy: big constants declared as inputs of their shape
+    light = onnx.ModelProto(ir_version=g.ir_version)
+    light.opset_import.extend(g.opset_import)
+    light.graph.node.extend(nodes)
+    light.graph.input.extend(g.graph.input)
+    light.graph.output.extend(g.graph.output)
+    for k in sorted(used & set(consts)):
+        v = np.asarray(consts[k])
+        if v.size <= 64:
+            light.graph.initializer.append(numpy_helper.from_array(v, k))
+        else:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(
+                k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+    g.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k in used)
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    dtypes: Dict[str, str] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    except Exception:  # inference is best effort; onnxruntime fills the rest
+        inferred = light
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or not tt.elem_type:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
+        if all(d >= 0 for d in dims):
+            shapes[vi.name] = tuple(dims)
+            dtypes[vi.name] = _np_dtype(tt.elem_type)
+    missing = [o for n in nodes for o in n.output if o and o not in shapes]
+    if missing:
+        try:
+            sess = _session(g, missing)
+            vals = sess.run(missing, _zero_feed(g, set()))
+        except Exception as exc:
+            raise ConversionError(f"the model does not run in onnxruntime at the fixed input shapes: {exc}") from exc
+        for name, v in zip(missing, vals):
+            shapes[name] = tuple(int(d) for d in v.shape)
+            dtypes[name] = str(v.dtype)
+    for k, v in consts.items():
+        shapes[k] = tuple(int(d) for d in np.shape(v))
+        dtypes[k] = str(np.asarray(v).dtype)
+    opset = next((o.version for o in work.opset_import if o.domain in ("", "ai.onnx")), 13)
+    inputs = [i.name for i in work.graph.input if i.name not in inits]
+    prep = Prepared(g, nodes, consts, shapes, dtypes, inputs, graph_out, opset, notes, len(folded_nodes))
+    _fold_batchnorm(prep)
+    return prep
+
+
+def _attr(node: Any, name: str, default: Any = None) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _fold_batchnorm(p: Prepared) -> None:
+    """BatchNormalization after a Conv whose only reader it is becomes the Conv's weights and bias."""
+    import onnx
+
+    readers: Dict[str, int] = {}
+    for n in p.nodes:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    producer = {o: n for n in p.nodes for o in n.output}
+    drop = set()
+    for bn in p.nodes:
+        if bn.op_type != "BatchNormalization" or len(bn.output) > 1 and any(bn.output[1:]):
+            continue
+        conv = producer.get(bn.input[0])
+        if conv is None or conv.op_type != "Conv" or readers.get(bn.input[0], 0) != 1 or \
+                bn.input[0] in p.outputs or conv.input[1] not in p.consts:
+            continue
+        if not all(x in p.consts for x in bn.input[1:5]):
+            continue
+        gamma, beta, mean, var = (p.consts[x].astype(np.float64) for x in bn.input[1:5])
+        eps = float(_attr(bn, "epsilon", 1e-5))
+        scale = gamma / np.sqrt(var + eps)
+        w = p.consts[conv.input[1]].astype(np.float64)
+        b = p.consts[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] else np.zeros(w.shape[0])
+        wname, bname = conv.name + "/weight_bn", conv.name + "/bias_bn"
+        p.consts[wname] = (w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        p.consts[bname] = ((b - mean) * scale + beta).astype(np.float32)
+        p.shapes[wname], p.shapes[bname] = p.consts[wname].shape, p.consts[bname].shape
+        p.dtypes[wname] = p.dtypes[bname] = "float32"
+        new = onnx.helper.make_node("Conv", [conv.input[0], wname, bname], [bn.output[0]], name=conv.name)
+        new.attribute.extend(conv.attribute)
+        conv.CopyFrom(new)
+        drop.add(id(bn))
+    p.nodes = [n for n in p.nodes if id(n) not in drop]

@@ -1,0 +1,439 @@
+"""ONNX -> TFLite (``sdk.targets.tflite.convert``): op by op against onnxruntime on the same inputs,
+the layouts (transposes only at the boundaries), the ONNX names in the metadata, and an op or
+attribute TFLite cannot express failing as one error before anything is written."""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sdk.errors import ConversionError
+from sdk.targets.convert import ConvertOptions, convert
+from sdk.targets.tflite.convert import METADATA_KEY, onnx_names, onnx_to_tflite_bytes
+from tests.clirun import run_cli
+
+pytest.importorskip("ai_edge_litert")  # the tflite extra: installed by .ci/run (pip install -e .[all,test])
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape: int, scale: float = 0.3) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _model(nodes: List, inits: Dict[str, np.ndarray], x_shape: Sequence[int], outputs: Sequence[str],
+           opset: int = 13, inputs: Optional[Dict[str, Sequence[int]]] = None) -> onnx.ModelProto:
+    ins = inputs or {"x": x_shape}
+    g = helper.make_graph(
+        nodes, "t", [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in ins.items()],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    # graph outputs declared with the shapes onnxruntime computes (onnx.checker wants one)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.zeros([d if isinstance(d, int) and d > 0 else 1 for d in i.shape], np.float32)
+             for i in sess.get_inputs()}
+    for o, v in zip(m.graph.output, sess.run(None, feeds)):
+        o.CopyFrom(helper.make_tensor_value_info(o.name, TensorProto.FLOAT, list(v.shape)))
+    return m
+
+
+def _run_tflite(data: bytes, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], feeds[d["name"]].astype(d["dtype"]))
+    it.invoke()
+    return {d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}
+
+
+def _check(m: onnx.ModelProto, feeds: Optional[Dict[str, np.ndarray]] = None, atol: float = 1e-4, **kw):
+    if feeds is None:
+        shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+        feeds = {m.graph.input[0].name: RNG.standard_normal(shape).astype(np.float32)}
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    res = onnx_to_tflite_bytes(m, **kw)
+    got = _run_tflite(res["data"], feeds)
+    for name, r in ref.items():
+        y = got[name]
+        assert y.shape == r.shape, (name, y.shape, r.shape)
+        np.testing.assert_allclose(y, r, atol=atol, rtol=1e-4, err_msg=name)
+        cos = float(np.dot(y.ravel(), r.ravel()) / (np.linalg.norm(y) * np.linalg.norm(r) + 1e-30))
+        assert cos >= 0.9999 or np.abs(r).max() < 1e-6
+    return res
+
+
+def _conv_then(op_nodes: List, extra_inits: Optional[Dict[str, np.ndarray]] = None, out: str = "y",
+               size: int = 8, channels: int = 4, opset: int = 13) -> onnx.ModelProto:
+    """x[1,3,size,size] -> Conv 3x3 (NHWC inside from here) -> the nodes under test -> ``out``."""
+    inits = {"w": _w(channels, 3, 3, 3), "b": _w(channels)}
+    inits.update(extra_inits or {})
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv")] + op_nodes
+    return _model(nodes, inits, [1, 3, size, size], [out], opset=opset)
+
+
+def _node(op: str, ins: List[str], outs: Optional[List[str]] = None, **attrs) -> onnx.NodeProto:
+    return helper.make_node(op, ins, outs or ["y"], name=op.lower(), **attrs)
+
+
+# -- element-wise and activations -------------------------------------------------------------------
+@pytest.mark.parametrize("op,attrs", [
+    ("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Exp", {}), ("Abs", {}), ("Neg", {}),
+    ("LeakyRelu", {"alpha": 0.1}), ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}),
+    ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}), ("Elu", {}),
+])
+def test_unary(op, attrs):
+    _check(_conv_then([_node(op, ["c"], **attrs)]))
+
+
+def test_hard_swish():
+    _check(_conv_then([_node("HardSwish", ["c"])], opset=14))
+
+
+def test_sqrt_and_clip_variants():
+    _check(_conv_then([_node("Abs", ["c"], ["a"]), _node("Sqrt", ["a"])]))
+    for lo, hi in ((0.0, 6.0), (-1.0, 1.0), (0.0, 1.0), (-0.5, 0.7)):
+        m = _conv_then([_node("Clip", ["c", "lo", "hi"])], {"lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)})
+        _check(m)
+    _check(_conv_then([_node("Clip", ["c", "lo"])], {"lo": np.array(0.2, np.float32)}))
+
+
+def test_silu_and_prelu():
+    _check(_conv_then([_node("Sigmoid", ["c"], ["s"]), _node("Mul", ["c", "s"])]))
+    _check(_conv_then([_node("PRelu", ["c", "slope"])], {"slope": _w(4, 1, 1)}))
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize("other", ["channel", "scalar", "full", "activation"])
+def test_binary_broadcasts_in_nhwc(op, other):
+    if other == "activation":
+        inits = {"w2": _w(4, 3, 1, 1)}
+        nodes = [helper.make_node("Conv", ["x", "w2"], ["d"], name="conv2"), _node("Abs", ["d"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["f"], name="one"), _node(op, ["c", "f"])]
+        inits["one"] = np.array(1.0, np.float32)
+    else:
+        shape = {"channel": (4, 1, 1), "scalar": (), "full": (1, 4, 8, 8)}[other]
+        const = (np.abs(_w(*shape)) + 0.5).astype(np.float32)
+        inits = {"k": const}
+        nodes = [_node(op, ["c", "k"])]
+    _check(_conv_then(nodes, inits))
+
+
+def test_batchnorm_folds_into_conv_or_stands_alone():
+    bn = {"g": np.abs(_w(4)) + 0.5, "be": _w(4), "mu": _w(4), "var": np.abs(_w(4)) + 0.1}
+    res = _check(_conv_then([_node("BatchNormalization", ["c", "g", "be", "mu", "var"])], bn))
+    assert res["ops"] == {"CONV_2D": 1, "TRANSPOSE": 2}  # folded into the conv's weights
+    res = _check(_conv_then([_node("Relu", ["c"], ["r"]), _node("BatchNormalization", ["r", "g", "be", "mu", "var"])], bn))
+    assert res["ops"]["MUL"] == 1 and res["ops"]["ADD"] == 1
+
+
+# -- convolutions ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("k,stride,pads,dil", [
+    (3, 1, [1, 1, 1, 1], 1), (3, 2, [1, 1, 1, 1], 1), (3, 2, [0, 0, 1, 1], 1), (1, 1, [0, 0, 0, 0], 1),
+    (5, 2, [2, 2, 2, 2], 1), (3, 1, [2, 2, 2, 2], 2), (3, 1, [0, 1, 2, 1], 1),
+])
+def test_conv_padding_and_strides(k, stride, pads, dil):
+    m = _model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=pads, strides=[stride, stride],
+                                 dilations=[dil, dil])], {"w": _w(6, 3, k, k), "b": _w(6)}, [1, 3, 9, 10], ["y"])
+    _check(m)
+
+
+def test_conv_auto_pad_same_upper():
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])],
+               {"w": _w(5, 3, 3, 3)}, [1, 3, 8, 8], ["y"])
+    res = _check(m)
+    assert "PAD" not in res["ops"]  # TFLite's SAME is ONNX's SAME_UPPER
+
+
+@pytest.mark.parametrize("mult", [1, 2])
+def test_depthwise_conv(mult):
+    m = _conv_then([helper.make_node("Conv", ["c", "dw", "db"], ["y"], group=4, pads=[1, 1, 1, 1], name="dw")],
+                   {"dw": _w(4 * mult, 1, 3, 3), "db": _w(4 * mult)})
+    res = _check(m)
+    assert res["ops"]["DEPTHWISE_CONV_2D"] == 1
+
+
+def test_grouped_conv():
+    m = _conv_then([helper.make_node("Conv", ["c", "gw"], ["y"], group=2, name="grouped")], {"gw": _w(6, 2, 1, 1)})
+    _check(m)
+
+
+@pytest.mark.parametrize("stride,pads,out_pad", [(2, [0, 0, 0, 0], [0, 0]), (2, [1, 1, 1, 1], [1, 1]), (1, [1, 1, 1, 1], [0, 0])])
+def test_conv_transpose(stride, pads, out_pad):
+    m = _conv_then([helper.make_node("ConvTranspose", ["c", "tw", "tb"], ["y"], strides=[stride, stride], pads=pads,
+                                     output_padding=out_pad, name="convt")], {"tw": _w(4, 5, 3, 3), "tb": _w(5)})
+    _check(m)
+
+
+# -- pools, reductions, resize ------------------------------------------------------------------------
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("MaxPool", {"kernel_shape": [5, 5], "pads": [2, 2, 2, 2]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("GlobalAveragePool", {}), ("GlobalMaxPool", {}),
+])
+def test_pools(op, attrs):
+    _check(_conv_then([_node(op, ["c"], **attrs)]))
+
+
+@pytest.mark.parametrize("axes,keep", [([2, 3], 1), ([1], 1), ([1], 0), ([3], 0)])
+def test_reduce_mean(axes, keep):
+    _check(_conv_then([_node("ReduceMean", ["c"], axes=axes, keepdims=keep)]))
+
+
+@pytest.mark.parametrize("mode,ctm,nearest", [
+    ("nearest", "asymmetric", "floor"), ("linear", "half_pixel", None), ("linear", "align_corners", None),
+    ("linear", "asymmetric", None), ("linear", "pytorch_half_pixel", None), ("nearest", "half_pixel", "round_prefer_ceil"),
+])
+def test_resize(mode, ctm, nearest):
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    m = _conv_then([_node("Resize", ["c", "", "scales"], **attrs)], {"scales": np.array([1, 1, 2, 2], np.float32)})
+    _check(m)
+
+
+# -- shape ops --------------------------------------------------------------------------------------------
+def test_concat_split_slice_pad_in_nhwc():
+    nodes = [_node("Relu", ["c"], ["r"]), helper.make_node("Concat", ["c", "r"], ["cat"], axis=1, name="cat"),
+             helper.make_node("Split", ["cat", "sp"], ["s1", "s2"], axis=1, name="split"),
+             helper.make_node("Slice", ["s1", "st", "en", "ax", "steps"], ["sl"], name="slice"),
+             helper.make_node("Pad", ["sl", "pads"], ["y"], name="pad")]
+    inits = {"sp": np.array([3, 5], np.int64), "st": np.array([0, 1], np.int64), "en": np.array([8, 100], np.int64),
+             "ax": np.array([2, 3], np.int64), "steps": np.array([2, 2], np.int64),
+             "pads": np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64)}
+    res = _check(_conv_then(nodes, inits))
+    assert res["ops"]["TRANSPOSE"] == 2  # the layout-following ops add none
+
+
+def test_slice_negative_step_and_focus():
+    nodes = [helper.make_node("Slice", ["c", "st", "en", "ax", "steps"], ["y"], name="rev")]
+    inits = {"st": np.array([-1], np.int64), "en": np.array([-100], np.int64), "ax": np.array([3], np.int64),
+             "steps": np.array([-1], np.int64)}
+    _check(_conv_then(nodes, inits))
+    # YOLOX's focus: four strided slices of the input, concatenated on channels
+    sl = []
+    inits = {}
+    for k, (a, b) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+        inits[f"s{k}"] = np.array([a, b], np.int64)
+        inits[f"e{k}"] = np.array([1000, 1000], np.int64)
+        sl.append(helper.make_node("Slice", ["x", f"s{k}", f"e{k}", "ax", "st2"], [f"f{k}"], name=f"f{k}"))
+    inits.update({"ax": np.array([2, 3], np.int64), "st2": np.array([2, 2], np.int64), "w": _w(4, 12, 1, 1)})
+    m = _model(sl + [helper.make_node("Concat", [f"f{k}" for k in range(4)], ["cat"], axis=1, name="cat"),
+                     helper.make_node("Conv", ["cat", "w"], ["y"], name="conv")], inits, [1, 3, 8, 8], ["y"])
+    _check(m)
+
+
+def test_reshape_flatten_transpose_squeeze_need_the_onnx_layout():
+    nodes = [helper.make_node("Reshape", ["c", "shape"], ["rs"], name="rs"),
+             helper.make_node("Transpose", ["rs"], ["tr"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("Unsqueeze", ["tr", "ax0"], ["un"], name="un"),
+             helper.make_node("Squeeze", ["un", "ax0"], ["sq"], name="sq"),
+             helper.make_node("Flatten", ["sq"], ["y"], axis=1, name="fl")]
+    inits = {"shape": np.array([1, 4, 64], np.int64), "ax0": np.array([0], np.int64)}
+    _check(_conv_then(nodes, inits))
+
+
+def test_transpose_nchw_to_nhwc_at_the_end_costs_nothing():
+    m = _conv_then([helper.make_node("Transpose", ["c"], ["y"], perm=[0, 2, 3, 1], name="tr")])
+    res = _check(m)
+    assert res["ops"] == {"TRANSPOSE": 1, "CONV_2D": 1}  # only the input's
+
+
+@pytest.mark.parametrize("axis", [1, -1, 2])
+def test_softmax_on_any_axis(axis):
+    _check(_conv_then([_node("Softmax", ["c"], axis=axis)]))
+
+
+def test_softmax_opset11_last_axis():
+    m = _model([helper.make_node("Gemm", ["x", "w"], ["g"], transB=1, name="fc"),
+                helper.make_node("Softmax", ["g"], ["y"], axis=1, name="sm")], {"w": _w(5, 6)}, [2, 6], ["y"], opset=11)
+    _check(m)
+
+
+def test_gemm_matmul_gather():
+    m = _model([helper.make_node("Gemm", ["x", "w", "bias"], ["g"], transB=1, alpha=0.5, beta=2.0, name="fc"),
+                helper.make_node("MatMul", ["g", "w2"], ["mm"], name="mm"),
+                helper.make_node("Gather", ["mm", "idx"], ["y"], axis=1, name="ga")],
+               {"w": _w(5, 6), "bias": _w(5), "w2": _w(5, 7), "idx": np.array([0, 3, -1], np.int64)}, [2, 6], ["y"])
+    res = _check(m)
+    assert res["ops"]["FULLY_CONNECTED"] == 2
+
+
+def test_matmul_of_two_activations_and_rank3():
+    m = _model([helper.make_node("MatMul", ["a", "b"], ["m"], name="bmm"),
+                helper.make_node("MatMul", ["m", "w"], ["y"], name="fc3")], {"w": _w(5, 3)}, [],
+               ["y"], inputs={"a": [2, 4, 6], "b": [2, 6, 5]})
+    feeds = {"a": RNG.standard_normal((2, 4, 6)).astype(np.float32), "b": RNG.standard_normal((2, 6, 5)).astype(np.float32)}
+    _check(m, feeds)
+
+
+def test_constant_subgraphs_fold_away():
+    """A Shape -> Gather -> Concat -> Reshape chain (PyTorch's flatten) is folded before lowering."""
+    nodes = [helper.make_node("Shape", ["c"], ["sh"], name="shape"),
+             helper.make_node("Gather", ["sh", "zero"], ["n"], axis=0, name="g0"),
+             helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"], name="u0"),
+             helper.make_node("Concat", ["n1", "minus1"], ["shape2"], axis=0, name="cat"),
+             helper.make_node("Reshape", ["c", "shape2"], ["y"], name="rs")]
+    inits = {"zero": np.array(0, np.int64), "ax0": np.array([0], np.int64), "minus1": np.array([-1], np.int64)}
+    res = _check(_conv_then(nodes, inits))
+    assert res["folded"] >= 4 and set(res["ops"]) == {"TRANSPOSE", "CONV_2D", "RESHAPE"}
+
+
+# -- layouts and names ------------------------------------------------------------------------------------
+def test_transposes_only_at_the_boundaries_and_nhwc_io():
+    nodes = [_node("Relu", ["c"], ["r"]), helper.make_node("Conv", ["r", "w2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             helper.make_node("Add", ["c2", "r"], ["a"], name="add"),
+             helper.make_node("MaxPool", ["a"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="pool")]
+    m = _conv_then(nodes, {"w2": _w(4, 4, 3, 3)})
+    res = _check(m)
+    assert res["ops"]["TRANSPOSE"] == 2
+    assert res["ops"]["CONV_2D"] == 2 and "RELU" not in res["ops"]  # Relu fused into the first conv
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    nhwc = onnx_to_tflite_bytes(m, io_layout="nhwc")
+    assert "TRANSPOSE" not in nhwc["ops"]
+    got = _run_tflite(nhwc["data"], {"x": x.transpose(0, 2, 3, 1)})["y"]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref.transpose(0, 2, 3, 1), atol=1e-4)
+    meta = onnx_names(nhwc["data"])
+    assert meta["inputs"]["x"] == {"onnx": "x", "perm": [0, 2, 3, 1]}
+    assert meta["outputs"]["y"] == {"onnx": "y", "perm": [0, 2, 3, 1]}
+
+
+def test_metadata_maps_tensors_back_to_onnx_names():
+    m = _conv_then([_node("Relu", ["c"], ["r"]), _node("Sigmoid", ["r"])])
+    res = onnx_to_tflite_bytes(m, source_sha256="abc")
+    meta = onnx_names(res["data"])
+    assert meta["schema"] == "edgesdk.tflite-onnx/1" and meta["source_sha256"] == "abc"
+    onnx_of = {k: v["onnx"] for k, v in meta["tensors"].items()}
+    assert onnx_of["x"] == "x" and onnx_of["y"] == "y" and onnx_of["r"] == "r"   # conv+relu fused: named r
+    assert meta["tensors"]["r"]["perm"] == [0, 2, 3, 1]
+    assert {"x/nhwc", "y"} <= set(onnx_of) and onnx_of["x/nhwc"] == "x"
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=res["data"])
+    assert {t["name"] for t in it.get_tensor_details()} >= {"x", "r", "y"}
+
+
+def test_input_shapes_fix_dynamic_dims():
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")], {"w": _w(4, 3, 3, 3)},
+               ["N", 3, "H", "W"], ["y"])
+    with pytest.raises(ConversionError, match=r"input 'x' has dynamic dims.*--input-shape x="):
+        onnx_to_tflite_bytes(m)
+    x = RNG.standard_normal((1, 3, 6, 10)).astype(np.float32)
+    _check(m, {"x": x}, input_shapes={"x": (1, 3, 6, 10)})
+    batch_only = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], {}, ["N", 3, 4, 4], ["y"])
+    assert "dynamic batch fixed to 1" in onnx_to_tflite_bytes(batch_only)["notes"][0]
+
+
+# -- errors ---------------------------------------------------------------------------------------------
+def test_unsupported_op_is_one_error_naming_node_and_op(tmp_path):
+    m = _conv_then([helper.make_node("Einsum", ["c"], ["y"], equation="nchw->nhwc", name="my_einsum")], opset=13)
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    out = tmp_path / "m.tflite"
+    with pytest.raises(ConversionError, match=r"node 'my_einsum' \(Einsum\)"):
+        convert(src, out)
+    assert not out.exists()
+
+
+def test_unsupported_attribute_names_it(tmp_path):
+    m = _conv_then([_node("Resize", ["c", "", "scales"], mode="cubic")], {"scales": np.array([1, 1, 2, 2], np.float32)})
+    with pytest.raises(ConversionError, match=r"node 'resize' \(Resize\), attribute mode: mode 'cubic'"):
+        onnx_to_tflite_bytes(m)
+    m = _conv_then([_node("MaxPool", ["c"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)])
+    with pytest.raises(ConversionError, match=r"\(MaxPool\), attribute ceil_mode"):
+        onnx_to_tflite_bytes(m)
+
+
+def test_cli_convert_and_its_errors(tmp_path, capsys):
+    m = _conv_then([_node("Relu", ["c"])])
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    out = tmp_path / "m.tflite"
+    code, stdout, stderr = run_cli(["convert", src, "-o", out, "--json", tmp_path / "r.json"], capsys)
+    assert code == 0, stderr
+    assert f"wrote {out} (tflite" in " ".join(stdout.split())
+    rec = json.loads((tmp_path / "r.json").read_text())
+    assert rec["format"] == "tflite" and rec["details"]["ops"] == {"TRANSPOSE": 2, "CONV_2D": 1}
+    from sdk.targets.tflite.tflgraph import read_metadata
+
+    assert METADATA_KEY in read_metadata(out.read_bytes())
+    bad = tmp_path / "bad.onnx"
+    onnx.save(_conv_then([helper.make_node("Einsum", ["c"], ["y"], equation="nchw->nhwc", name="e1")]), str(bad))
+    code, _, stderr = run_cli(["convert", bad, "-o", tmp_path / "bad.tflite"], capsys)
+    assert code == 2 and stderr.startswith("error: node 'e1' (Einsum)") and "Traceback" not in stderr
+    assert not (tmp_path / "bad.tflite").exists()
+    code, _, stderr = run_cli(["convert", src, "-o", tmp_path / "x.tflite", "--option", "io_layout=nchw"], capsys)
+    assert code == 2 and "io_layout" in stderr
+    code, _, stderr = run_cli(["convert", src, "-o", tmp_path / "x.tflite", "--option", "colour=red"], capsys)
+    assert code == 2 and "unknown --option colour" in stderr
+
+
+def test_convert_options_reach_the_converter(tmp_path):
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], {"w": _w(4, 3, 1, 1)}, ["N", 3, "H", "W"], ["y"])
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    res = convert(src, tmp_path / "m.tflite", ConvertOptions(input_shapes={"x": (1, 3, 5, 7)}))
+    assert res.format == "tflite" and res.details["bytes"] == (tmp_path / "m.tflite").stat().st_size
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(tmp_path / "m.tflite"))
+    assert list(it.get_input_details()[0]["shape"]) == [1, 3, 5, 7]
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_unrolled_and_stateless(direction):
+    d = 2 if direction == "bidirectional" else 1
+    hidden, width, steps = 5, 4, 6
+    m = _model([helper.make_node("LSTM", ["x", "W", "R", "B"], ["y"], hidden_size=hidden, direction=direction,
+                                 name="lstm")],
+               {"W": _w(d, 4 * hidden, width), "R": _w(d, 4 * hidden, hidden), "B": _w(d, 8 * hidden)},
+               [steps, 1, width], ["y"])
+    res = _check(m)
+    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" not in res["ops"] and res["ops"]["FULLY_CONNECTED"] == d * steps
+    # a second invocation on another input gives that input's result: no state carried over
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=res["data"])
+    it.allocate_tensors()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        x = RNG.standard_normal((steps, 1, width)).astype(np.float32)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"]), sess.run(None, {"x": x})[0],
+                                   atol=1e-5)
+
+
+def test_lstm_with_initial_state_is_refused():
+    hidden = 3
+    m = _model([helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], hidden_size=hidden, name="lstm_h0")],
+               {"W": _w(1, 4 * hidden, 2), "R": _w(1, 4 * hidden, hidden), "h0": np.ones((1, 1, hidden), np.float32)},
+               [4, 1, 2], ["y"])
+    with pytest.raises(ConversionError, match=r"node 'lstm_h0' \(LSTM\), attribute initial_h"):
+        onnx_to_tflite_bytes(m)
+
+
+def test_signature_only_when_asked(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    m = _conv_then([_node("Relu", ["c"])])
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    convert(src, tmp_path / "plain.tflite")
+    assert Interpreter(model_path=str(tmp_path / "plain.tflite")).get_signature_list() == {}
+    convert(src, tmp_path / "sig.tflite", ConvertOptions(extra={"signature": "serving_default"}))
+    sigs = Interpreter(model_path=str(tmp_path / "sig.tflite")).get_signature_list()
+    assert sigs == {"serving_default": {"inputs": ["x"], "outputs": ["y"]}}

@@ -1,0 +1,174 @@
+"""Full-integer TFLite from our calibration (``sdk quantize --target tflite -o m.tflite``, ``sdk convert
+--int8``): TFLite's quantization spec checked on the written file, and its outputs against the QDQ
+ONNX model the same calibration made."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sdk.errors import InputError
+from sdk.quantize import quantize
+from tests.clirun import run_cli
+
+pytest.importorskip("ai_edge_litert")
+
+RNG = np.random.default_rng(1)
+
+
+def _w(*shape: int, scale: float = 0.3) -> np.ndarray:
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _net(path) -> Any:
+    """Conv+Relu -> depthwise Conv -> SiLU -> Concat(with a 1x1 branch) -> MaxPool -> Conv -> Sigmoid
+    -> Reshape -> Gemm -> Softmax: every constrained case of the spec on a small graph."""
+    inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "dw": _w(8, 1, 3, 3), "db": _w(8), "w3": _w(4, 8, 1, 1),
+             "w4": _w(6, 12, 3, 3), "b4": _w(6), "wf": _w(10, 6 * 4 * 4), "bf": _w(10),
+             "shape": np.array([1, 6 * 4 * 4], np.int64)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "dw", "db"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"),
+        helper.make_node("Sigmoid", ["c2"], ["s2"], name="sig2"),
+        helper.make_node("Mul", ["c2", "s2"], ["m2"], name="silu2"),
+        helper.make_node("Conv", ["r1", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Concat", ["m2", "c3"], ["cat"], axis=1, name="cat"),
+        helper.make_node("MaxPool", ["cat"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Conv", ["p", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1], name="conv4"),
+        helper.make_node("Sigmoid", ["c4"], ["s4"], name="sig4"),
+        helper.make_node("Reshape", ["s4", "shape"], ["flat"], name="flat"),
+        helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1, name="fc"),
+        helper.make_node("Softmax", ["logits"], ["prob"], axis=1, name="softmax"),
+    ]
+    g = helper.make_graph(nodes, "spec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("prob", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path
+
+
+def _feeds(n: int, seed: int) -> List[Dict[str, np.ndarray]]:
+    r = np.random.default_rng(seed)
+    return [{"x": r.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(n)]
+
+
+def _interp(path) -> Any:
+    """The file's own graph: builtin kernels only, so no DELEGATE node replaces its ops."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(path), num_threads=1,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    return it
+
+
+def _q(t: Dict[str, Any]):
+    qp = t["quantization_parameters"]
+    return np.asarray(qp["scales"]), np.asarray(qp["zero_points"]), int(qp["quantized_dimension"])
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    d = tmp_path_factory.mktemp("int8")
+    src = _net(d / "m.onnx")
+    res = quantize(src, _feeds(16, 0), scheme="tflite", output=d / "m.tflite", budget=False, speed_check=False,
+                   use_cache=False, workers=1)
+    qdq = quantize(src, _feeds(16, 0), scheme="tflite", output=d / "m.qdq.onnx", budget=False, speed_check=False,
+                   use_cache=False, workers=1)
+    return src, d / "m.tflite", d / "m.qdq.onnx", res, qdq
+
+
+def test_spec_constraints_on_the_written_file(quantized):
+    _, tfl, _, res, _ = quantized
+    it = _interp(tfl)
+    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    ops = it._get_ops_details()
+    seen = set()
+    for op in ops:
+        name, ins, outs = op["op_name"], list(op["inputs"]), list(op["outputs"])
+        seen.add(name)
+        if name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+            x, w, b = tensors[ins[0]], tensors[ins[1]], tensors[ins[2]]
+            assert x["dtype"] == np.int8 and w["dtype"] == np.int8 and b["dtype"] == np.int32
+            ws, wz, wdim = _q(w)
+            assert np.all(wz == 0)
+            data = it.get_tensor(ins[1])
+            assert data.min() >= -127  # symmetric: -128 unused
+            if name == "CONV_2D":
+                assert wdim == 0 and ws.size == w["shape"][0]
+            elif name == "DEPTHWISE_CONV_2D":
+                assert wdim == 3 and ws.size == w["shape"][3]
+            else:  # per tensor in the file (the interpreter reports it once per output row)
+                assert np.unique(ws).size == 1
+            bs, bz, _ = _q(b)
+            np.testing.assert_allclose(bs, _q(x)[0][0] * (ws[:1] if bs.size == 1 else ws), rtol=1e-6)
+            assert np.all(bz == 0)
+        if name in ("LOGISTIC", "SOFTMAX"):
+            s, z, _ = _q(tensors[outs[0]])
+            assert (float(s[0]), int(z[0])) == (1.0 / 256, -128)
+        if name in ("MAX_POOL_2D", "RESHAPE", "CONCATENATION", "TRANSPOSE"):
+            s_out = _q(tensors[outs[0]])
+            for i in ins if name == "CONCATENATION" else ins[:1]:
+                assert tensors[i]["dtype"] == np.int8
+                s_in = _q(tensors[i])
+                assert (s_in[0][0], s_in[1][0]) == (s_out[0][0], s_out[1][0]), name
+        for o in outs:
+            if name not in ("DEQUANTIZE",):
+                assert tensors[o]["dtype"] == np.int8, (name, tensors[o]["name"])
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "LOGISTIC", "SOFTMAX", "MAX_POOL_2D",
+            "CONCATENATION", "RESHAPE", "MUL"} <= seen
+    # float I/O by default: QUANTIZE at the input, DEQUANTIZE at the output, nothing else float
+    assert it.get_input_details()[0]["dtype"] == np.float32 and it.get_output_details()[0]["dtype"] == np.float32
+    assert sum(op["op_name"] == "QUANTIZE" for op in ops) == 1
+    assert sum(op["op_name"] == "DEQUANTIZE" for op in ops) == 1
+    assert res.report["tflite"]["ops_float"] == 0
+
+
+def test_outputs_follow_the_qdq_model_of_the_same_calibration(quantized):
+    src, tfl, qdq_path, res, qdq = quantized
+    assert res.ranges == qdq.ranges  # one calibration, one set of ranges
+    it = _interp(tfl)
+    sess = ort.InferenceSession(str(qdq_path), providers=["CPUExecutionProvider"])
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for feed in _feeds(6, 7):
+        it.set_tensor(it.get_input_details()[0]["index"], feed["x"])
+        it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        want = sess.run(None, feed)[0]
+        fp32 = ref.run(None, feed)[0]
+        assert np.abs(got - want).max() <= 2.0 / 256  # at most two output steps off the QDQ model
+        assert np.abs(got - fp32).max() < 0.1
+
+
+def test_int8_io_and_cli(quantized, tmp_path, capsys):
+    src = quantized[0]
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([f["x"] for f in _feeds(8, 0)]))
+    out = tmp_path / "io8.tflite"
+    code, stdout, stderr = run_cli(["quantize", src, "--target", "tflite", "--calib", tmp_path / "calib.npz",
+                                    "-o", out, "--io", "int8", "--no-speed-check", "--no-cache"], capsys)
+    assert code == 0, stderr
+    it = _interp(out)
+    i, o = it.get_input_details()[0], it.get_output_details()[0]
+    assert i["dtype"] == np.int8 and o["dtype"] == np.int8
+    assert o["quantization"] == (1.0 / 256, -128)
+    assert not any(op["op_name"] in ("QUANTIZE", "DEQUANTIZE") for op in it._get_ops_details())
+    # the converter's --int8 writes the same kind of file from the same calibration
+    out2 = tmp_path / "conv8.tflite"
+    code, stdout, stderr = run_cli(["convert", src, "-o", out2, "--int8", "--calib", tmp_path / "calib.npz"], capsys)
+    assert code == 0, stderr
+    assert "tflite-int8" in stdout
+    assert _interp(out2).get_input_details()[0]["dtype"] == np.float32
+
+
+def test_tflite_output_needs_the_tflite_target(quantized, tmp_path):
+    with pytest.raises(InputError, match=r"--target is onnxruntime.*add --target tflite"):
+        quantize(quantized[0], _feeds(2, 0), scheme="onnxruntime", output=tmp_path / "m.tflite")
+    assert not (tmp_path / "m.tflite").exists()
