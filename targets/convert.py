@@ -53,7 +53,9 @@ class ConvertResult:
 ConverterFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
 
 #: Output suffix -> converter function.
-CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={}, entry_points="edgesdk.converters",
+CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={
+    ".ort": "sdk.targets.onnxrt.ortformat:convert_to_ort",
+}, entry_points="edgesdk.converters",
                                               known_label="known output formats")
 
 

@@ -61,7 +61,7 @@ def inspect_cmd(
 
 
 def _print_facts(c: Any, info: Any) -> None:
-    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "nodes", "params", "param_bytes")
+    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "ort_version", "nodes", "params", "param_bytes")
              if info.get(k) is not None]
     for k, v in facts:
         c.print(f"  {k}: {v:,}" if isinstance(v, int) and k.startswith("param") else f"  {k}: {v}")
