@@ -2,6 +2,7 @@
 # Build (once) and cache a Debian arm64 userland for the emulated aarch64 test board (issue 23).
 #
 #   scripts/arm_rootfs.sh            -> prints the rootfs folder on its last line of stdout
+#   EDGESDK_ARM_CACHED_ONLY=1 scripts/arm_rootfs.sh   -> the same when built, else exit 3 (no build)
 #
 # The board: Debian bookworm arm64 (minbase) with Debian's python3 and python3-numpy, and the
 # aarch64 wheels of onnxruntime (the host's version, so outputs compare like for like) and
@@ -44,12 +45,16 @@ fi
 grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null \
     || die "the binfmt_misc entry qemu-aarch64 is not enabled (update-binfmts --enable qemu-aarch64)"
 
-KEY="$(cat "$0" | sha256sum | cut -c1-12)-ort${ORT_VERSION}-litert${LITERT_VERSION}"
+# The cache key: what goes into the rootfs (bump RECIPE when the steps below change what they make).
+RECIPE="1 $SUITE $PYVER minbase python3 python3-numpy $PY_DEPS"
+KEY="$(printf '%s' "$RECIPE" | sha256sum | cut -c1-12)-ort${ORT_VERSION}-litert${LITERT_VERSION}"
 ROOT="$CACHE/$KEY"
 if [ -e "$ROOT/.complete" ]; then
     echo "$ROOT"
     exit 0
 fi
+# EDGESDK_ARM_CACHED_ONLY=1: only say where a built rootfs is; exit 3 when there is none
+[ -z "${EDGESDK_ARM_CACHED_ONLY:-}" ] || exit 3
 
 mkdir -p "$CACHE"
 rm -rf "$ROOT.tmp"

@@ -103,9 +103,11 @@ VALIDATE_COLUMNS = [("board", 16), ("verdict", 7), ("p50 ms", 9), ("p99 ms", 9),
 def _validate_row(run: Any) -> List[str]:
     from ._common import fmt_ms
 
-    stats = run.bench.stats if run.bench is not None else None
+    stats = run.bench.stats if run.bench is not None and not run.emulation else None
     counts = [sum(1 for c in run.checks if c.verdict == v) for v in ("pass", "fail", "skip")]
     detail = f"failed during {run.failed_stage}: {run.error}" if run.error else ""
+    if run.emulation:
+        detail = ("emulated: timings are not the board's speed; " + detail).rstrip("; ")
     return [run.board, run.verdict.upper(), fmt_ms(stats.p50_ms if stats else None),
             fmt_ms(stats.p99_ms if stats else None),
             "/".join(map(str, counts)), f"{run.seconds:.1f}", detail]
@@ -136,7 +138,8 @@ def _print_summary_table(c: Any, result: Any) -> None:
         t.add_column(col, justify="left" if col in ("board", "verdict") else "right", no_wrap=True)
     for r in result.summary_rows():
         verdict = "[green]PASS[/green]" if r["verdict"] == "pass" else "[red]FAIL[/red]"
-        t.add_row(r["board"], verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
+        board = f"{r['board']} (emulated)" if r.get("emulated") else r["board"]
+        t.add_row(board, verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
                   _num(r["mean_w"], "{:.2f}"), _num(r["top1"], "{:.4f}"), _num(r["cosine"], "{:.5f}"),
                   f"{r['passed']}/{r['failed']}/{r['skipped']}")
     if c.is_terminal:

@@ -354,7 +354,8 @@ def validation_html(result: Dict[str, Any]) -> str:
     body.append("<h2>Summary</h2>")
     rows = []
     for r in result.get("summary", []):
-        link = _Raw(f'<a href="#board-{escape(r["board"])}">{escape(r["board"])}</a>')
+        emulated = " (emulated: timings are not the board's)" if r.get("emulated") else ""
+        link = _Raw(f'<a href="#board-{escape(r["board"])}">{escape(r["board"])}</a>{escape(emulated)}')
         rows.append([link, _Raw(_badge(r["verdict"])), r.get("p50_ms"), r.get("p99_ms"), r.get("throughput_ips"),
                      r.get("mean_w"), r.get("top1"), r.get("cosine"), r.get("passed"), r.get("failed"),
                      r.get("skipped"), r.get("error") or ""])

@@ -63,8 +63,13 @@ class BoardRun:
     def verdict(self) -> str:
         return FAIL if any(c.verdict == FAIL for c in self.checks) else PASS
 
+    @property
+    def emulation(self) -> Optional[Dict[str, Any]]:
+        """How the board's code was emulated (its facts' ``emulation``), None when native."""
+        return (self.facts or {}).get("emulation") or None
+
     def to_dict(self) -> Dict[str, Any]:
-        out = {"board": self.board, "verdict": self.verdict, "failed_stage": self.failed_stage, "error": self.error,
+        out = {"board": self.board, "verdict": self.verdict, "emulation": self.emulation, "failed_stage": self.failed_stage, "error": self.error,
                "seconds": round(self.seconds, 3), "facts": self.facts, "benchmark": _bench_json(self.bench),
                "compare": self.compare, "accuracy": self.accuracy, "robustness": self.robustness,
                "checks": [c.to_dict() for c in self.checks]}
@@ -144,15 +149,18 @@ class ValidationResult:
     def summary_rows(self) -> List[Dict[str, Any]]:
         rows = []
         for b in self.boards:
-            stats = b.bench.stats if b.bench is not None else None
+            # an emulated board's timings are the emulator's: never in the board's speed columns
+            stats = b.bench.stats if b.bench is not None and not b.emulation else None
             counts = {v: sum(1 for c in b.checks if c.verdict == v) for v in (PASS, FAIL, SKIP)}
             rows.append({"board": b.board, "verdict": b.verdict, "p50_ms": stats.p50_ms if stats else None,
                          "p99_ms": stats.p99_ms if stats else None,
                          "throughput_ips": stats.throughput_ips if stats else None,
-                         "mean_w": b.bench.power.mean_w if b.bench is not None else None,
+                         "mean_w": b.bench.power.mean_w if b.bench is not None and not b.emulation else None,
                          "top1": (b.accuracy or {}).get("top1_board"),
                          "cosine": min((m["cosine"] for m in (b.compare or {}).values()), default=None),
                          "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP],
+                         "emulated": bool(b.emulation),
+                         "emulated_p50_ms": b.bench.stats.p50_ms if b.bench is not None and b.emulation else None,
                          "error": b.error})
         return rows
 
@@ -389,8 +397,23 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.error = f"{type(exc).__name__}: {run.error}"
         say(f"{label}: FAILED during {stage}: {run.error}")
     run.seconds = time.monotonic() - t0
-    run.checks = evaluate_checks(run, spec)
+    run.checks = emulated_timing_checks(evaluate_checks(run, spec), run.emulation)
     return run
+
+
+#: checks that judge a board's speed (or power, measured over that time): not under emulation
+TIMING_CHECKS = ("latency.p50", "latency.p99", "throughput", "latency.regression", "speedup.vs_fp32",
+                 "power.mean", "energy.per_inference")
+
+
+def emulated_timing_checks(checks: List[CheckResult], emulation: Optional[Dict[str, Any]]) -> List[CheckResult]:
+    """On an emulated board (qemu-user: :func:`sdk.hostinfo.emulation`) timings measure the
+    emulator, never the board: its speed and power checks are skipped with that reason."""
+    if not emulation:
+        return checks
+    why = f"emulated board ({emulation.get('kind', 'emulation')}): {emulation.get('note', 'timings are not the board')}"
+    return [CheckResult(c.name, SKIP, c.measured, c.limit, c.unit, c.op, why)
+            if c.name in TIMING_CHECKS and c.verdict != SKIP else c for c in checks]
 
 
 def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_out: Dict[str, np.ndarray],
