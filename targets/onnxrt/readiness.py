@@ -98,6 +98,17 @@ class NodeReadiness:
     partition: Optional[int] = None
     reasons: List[str] = field(default_factory=list)
 
+    @property
+    def why(self) -> str:
+        """The reasons without tensor names (``op not in the table; dynamic input shape``), to group nodes by."""
+        kinds = []
+        for r in self.reasons:
+            kind = ("op not in the EP's table" if r.startswith("op ") else "dynamic input shape" if "dynamic" in r
+                    else r.split("'")[0].strip() if "rank" not in r else "input rank over the EP's limit")
+            if kind not in kinds:
+                kinds.append(kind)
+        return "; ".join(kinds)
+
 
 @dataclass
 class EpReadiness:
@@ -294,10 +305,10 @@ def _assignment(model_path: Path, rules: EpRules) -> Tuple[Optional[Dict[str, in
 
     available = ort.get_available_providers()
     if rules.provider not in available:
-        from .providers import short_name
+        from .providers import NOT_LOCAL, short_name
 
         return None, (f"{rules.provider} is not in this onnxruntime build (it has: "
-                      f"{', '.join(short_name(p) for p in available)}): the checker's verdict only")
+                      f"{', '.join(short_name(p) for p in available if p not in NOT_LOCAL)}): the checker's verdict only")
     placements, err = session_placements(model_path, [rules.provider, "CPUExecutionProvider"])
     if placements is None:
         return None, f"a session with {rules.provider} could not be created: {err}"
