@@ -56,7 +56,10 @@ def arm(tmp_path_factory, client_key):
     trust(home, board.sshd)
     boards = tmp_path_factory.mktemp("armboards")
     (boards / "arm64-qemu.toml").write_text(profile_text("arm64-qemu", board))
+    from sdk import corpus
+
     mp = pytest.MonkeyPatch()
+    mp.setenv("EDGESDK_CORPUS_DIR", str(corpus.cache_dir()))   # the corpus stays where it is when HOME moves
     mp.setenv("HOME", str(home))
     mp.setenv("EDGESDK_BOARDS_PATH", str(boards))
     mp.delenv("SSH_AUTH_SOCK", raising=False)
