@@ -51,3 +51,16 @@ def test_timing_checks_skip_under_emulation():
     assert verdicts == {"latency.p50": SKIP, "accuracy.cosine": PASS, "power.mean": SKIP}
     assert "emulated board" in out[0].reason and out[0].measured == 900.0
     assert {"latency.p50", "latency.p99", "throughput", "speedup.vs_fp32"} <= set(TIMING_CHECKS)
+
+
+def test_push_output_and_report_say_emulated():
+    from types import SimpleNamespace
+
+    from sdk.cli.remote_cmds import emulated_note
+    from sdk.reports.perf_html import bench_html
+
+    emu = {"kind": "user-mode emulation (qemu-user)", "process_machine": "aarch64", "kernel_machine": "x86_64"}
+    assert "not the board's speed" in emulated_note(SimpleNamespace(device={"emulation": emu}))
+    assert emulated_note(SimpleNamespace(device={"emulation": None})) == ""
+    page = bench_html([{"board": {"name": "arm"}, "device": {"emulation": emu}, "latency_ms": {"count": 3, "p50": 1.0}}])
+    assert "EMULATED" in page and "not the board&#x27;s speed" in page or "not the board's speed" in page
