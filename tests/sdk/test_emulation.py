@@ -63,4 +63,4 @@ def test_push_output_and_report_say_emulated():
     assert "not the board's speed" in emulated_note(SimpleNamespace(device={"emulation": emu}))
     assert emulated_note(SimpleNamespace(device={"emulation": None})) == ""
     page = bench_html([{"board": {"name": "arm"}, "device": {"emulation": emu}, "latency_ms": {"count": 3, "p50": 1.0}}])
-    assert "EMULATED" in page and "not the board&#x27;s speed" in page or "not the board's speed" in page
+    assert "EMULATED" in page and ("not the board&#x27;s speed" in page or "not the board's speed" in page)
