@@ -12,7 +12,7 @@ from typing import Dict, Iterable, Optional
 
 from .probe import dist_version, module_installed
 
-__all__ = ["host_info", "cpu_model", "tensorrt_version", "TENSORRT_DISTS"]
+__all__ = ["host_info", "cpu_model", "tensorrt_version", "emulation", "TENSORRT_DISTS"]
 
 #: Distributions that carry TensorRT's Python bindings or libraries (pip), newest names first.
 TENSORRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-libs",
@@ -73,6 +73,47 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+_ARCH = {"aarch64": "aarch64", "arm64": "aarch64", "x86_64": "x86_64", "amd64": "x86_64", "i686": "x86",
+         "i386": "x86", "armv7l": "arm", "armv8l": "arm", "riscv64": "riscv64", "ppc64le": "ppc64le"}
+_X86_VENDORS = ("GenuineIntel", "AuthenticAMD")
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def emulation(proc: str = "/proc") -> Optional[Dict[str, str]]:
+    """How this process is emulated, or None when it runs natively (or nothing says otherwise).
+
+    Under user-mode emulation (qemu-user through binfmt_misc, e.g. an arm64 userland on an x86-64
+    machine) the process sees its own architecture in ``uname`` (``platform.machine()``), while
+    the kernel's (``/proc/sys/kernel/arch``) and the CPU's (``/proc/cpuinfo``'s vendor) are the
+    host's. Then every timing measures the emulator, never the board: results carry this dict
+    (``host``/``device`` facts) and reports label them."""
+    machine = platform.machine()
+    mine = _ARCH.get(machine.lower(), machine.lower())
+    kernel = (_read(os.path.join(proc, "sys/kernel/arch")) or "").strip()
+    host = _ARCH.get(kernel.lower(), kernel.lower()) if kernel else ""
+    evidence = ""
+    if host and host != mine:
+        evidence = f"{proc}/sys/kernel/arch is {kernel}"
+    elif mine in ("aarch64", "arm"):
+        cpuinfo = _read(os.path.join(proc, "cpuinfo")) or ""
+        vendor = re.search(r"^vendor_id\s*:\s*(\S+)", cpuinfo, re.M)
+        if vendor and vendor.group(1) in _X86_VENDORS:
+            host = "x86_64"
+            evidence = f"{proc}/cpuinfo names an x86 CPU ({vendor.group(1)})"
+    if not evidence:
+        return None
+    return {"kind": "user-mode emulation (qemu-user)", "process_machine": machine, "kernel_machine": host,
+            "evidence": evidence,
+            "note": "timings measure the emulator on the host's CPU, not this board's speed"}
+
+
 def host_info(runtimes: Iterable[str] = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ai-edge-litert",
                                           "tflite-runtime", "tensorflow", "tensorrt", "pycuda", "cuda-python")) -> Dict[str, object]:
     """CPU model, logical cores (and those this process may use), OS, Python, and the versions
@@ -95,4 +136,5 @@ def host_info(runtimes: Iterable[str] = ("numpy", "onnx", "onnxruntime", "onnxru
         "os": platform.platform(),
         "python": platform.python_version(),
         "runtimes": versions,
+        "emulation": emulation(),
     }

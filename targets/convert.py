@@ -53,7 +53,10 @@ class ConvertResult:
 ConverterFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
 
 #: Output suffix -> converter function.
-CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={".tflite": "sdk.targets.tflite.convert:convert_to_tflite"}, entry_points="edgesdk.converters",
+CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={
+    ".ort": "sdk.targets.onnxrt.ortformat:convert_to_ort",
+    ".tflite": "sdk.targets.tflite.convert:convert_to_tflite",
+}, entry_points="edgesdk.converters",
                                               known_label="known output formats")
 
 

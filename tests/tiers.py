@@ -37,6 +37,7 @@ TIERS: Dict[str, str] = {
     "nvrtc": "cuda-python's NVRTC with libnvrtc (the cuda-ci extra: nvidia-cuda-nvrtc)",
     "nvcc": "the CUDA toolkit's nvcc (compiles the .cu kernels; no GPU needed)",
     "tmpfs": "mounting a small tmpfs for the full-disk case (root with CAP_SYS_ADMIN)",
+    "arm": "the emulated aarch64 board: qemu-user-static + binfmt_misc and the rootfs of scripts/arm_rootfs.sh",
 }
 
 #: Skip reasons CI accepts: this machine has no GPU / no TensorRT libraries, or has one where the

@@ -23,6 +23,10 @@ SCHEMES: "Registry[Type[Scheme]]" = Registry(
         "onnxruntime": "sdk.quantize.schemes.onnxruntime:OnnxRuntimeScheme",
         "tensorrt": "sdk.quantize.schemes.tensorrt:TensorRTScheme",
         "tflite": "sdk.quantize.schemes.tflite:TFLiteScheme",
+        # ONNX Runtime's mobile EPs (sdk quantize --target onnxruntime --ep xnnpack|nnapi|qnn)
+        "onnxruntime-xnnpack": "sdk.quantize.schemes.mobile:XnnpackScheme",
+        "onnxruntime-nnapi": "sdk.quantize.schemes.mobile:NnapiScheme",
+        "onnxruntime-qnn": "sdk.quantize.schemes.mobile:QnnScheme",
     },
     aliases=TARGET_ALIASES, entry_points="edgesdk.quantize_schemes", load_error=QuantizationError, known_label="known",
 )

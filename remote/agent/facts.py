@@ -293,6 +293,7 @@ def device_facts(root: Optional[str] = None, sensors: Optional[List[str]] = None
         "hostname": info["hostname"],
         "os": info["os"],
         "machine": info["machine"],
+        "emulation": info["emulation"],
         "cpu": info["cpu"],
         "cores": info["cores"],
         "python": platform.python_version(),

@@ -19,8 +19,12 @@ def inspect_cmd(
     input_value: Optional[List[str]] = typer.Option(
         None, "--input-value", help="Value of an input that chooses an If branch (sr=16000): count that "
                                     "branch instead of the larger one. Repeatable."),
+    ep: Optional[List[str]] = typer.Option(
+        None, "--ep", help="Mobile EP readiness: which nodes nnapi, coreml, coreml-mlprogram or xnnpack would take "
+                           "(onnxruntime's usability checker; repeatable)."),
 ) -> None:
-    """Show a model's inputs, outputs, ops, parameters and MACs."""
+    """Show a model's inputs, outputs, ops, parameters and MACs (and, with --ep, which nodes a mobile
+    execution provider takes)."""
     from ..model import Model
     from ..tensors import format_shape, parse_input_shapes
     from ._common import console, write_json
@@ -29,6 +33,13 @@ def inspect_cmd(
     if input_shape:
         m = m.with_input_shapes(parse_input_shapes(input_shape))
     info = m.inspect(input_values=list(input_value or []) or None)
+    readiness = []
+    if ep:
+        from ..targets.onnxrt.readiness import check_ep_name, ep_readiness
+
+        names = [check_ep_name(e) for e in ep]   # every name checked before any work
+        readiness = [ep_readiness(m, e) for e in names]
+        info["ep_readiness"] = {r.ep: r.to_dict() for r in readiness}
     if json_path == "-":
         write_json("-", info)
         return
@@ -61,13 +72,39 @@ def inspect_cmd(
         for op, n in info["ops"].items():
             t.add_row(op, str(n))
         c.print(t)
+    for r in readiness:
+        _print_readiness(c, r)
     if json_path:
         write_json(json_path, info)
         c.print(f"wrote {json_path}")
 
 
+def _print_readiness(c: Any, r: Any) -> None:
+    """One EP's readiness: the summary line, then the nodes left to the CPU grouped by op and reason."""
+    from collections import Counter
+
+    from rich.table import Table
+
+    c.print(r.summary(), markup=False, highlight=False)
+    if r.if_fixed_shapes:
+        f = r.if_fixed_shapes
+        c.print(f"  with fixed input shapes ({', '.join(r.dynamic_inputs)} are dynamic): {f['supported_nodes']}/"
+                f"{r.num_nodes} nodes in {f['partitions']} partition(s); suitability {f['suitability']}",
+                markup=False, highlight=False)
+    c.print(f"  assignment: {r.assignment if r.assignment is not None else r.assignment_note}", markup=False,
+            highlight=False)
+    left = Counter((n.op, n.why) for n in r.cpu_nodes)
+    if left:
+        t = Table(title=f"{r.ep}: nodes left to the CPU")
+        for col in ("op", "nodes", "why"):
+            t.add_column(col)
+        for (op, why), n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])):
+            t.add_row(op, str(n), why)
+        c.print(t)
+
+
 def _print_facts(c: Any, info: Any) -> None:
-    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "nodes", "params", "param_bytes")
+    facts = [(k, info.get(k)) for k in ("opset", "ir_version", "producer", "ort_version", "nodes", "params", "param_bytes")
              if info.get(k) is not None]
     for k, v in facts:
         c.print(f"  {k}: {v:,}" if isinstance(v, int) and k.startswith("param") else f"  {k}: {v}")

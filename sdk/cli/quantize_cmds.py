@@ -20,6 +20,8 @@ def quantize_cmd(
                                "auto for onnxruntime: per tensor, the least expected quantization error)."),
     percentile: Optional[float] = typer.Option(None, "--percentile", help="Percentile for --method percentile (99.99)."),
     target: str = typer.Option("onnxruntime", "--target", "-t", help="Quantization scheme: onnxruntime, tensorrt, tflite."),
+    ep: Optional[str] = typer.Option(
+        None, "--ep", help="With --target onnxruntime: place Q/DQ by a mobile EP's rules: xnnpack, nnapi or qnn."),
     preprocess: Optional[List[str]] = typer.Option(
         None, "--preprocess", help="Image preprocessing: spec.toml and/or key=value (size=224x224, mean=..., layout=NHWC)."),
     input_shape: Optional[List[str]] = typer.Option(
@@ -88,6 +90,9 @@ def quantize_cmd(
     for path, opt in ((output, "--output"), (stats, "--stats"), (trt_cache, "--trt-cache"), (ranges, "--ranges"),
                       (report, "--report")):
         check_output(path, opt, stdout_ok=opt == "--report")     # before any work: no late failure
+    from ..quantize.schemes.mobile import scheme_for_ep
+
+    target = scheme_for_ep(target, ep)
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}

@@ -222,8 +222,10 @@ def _print_board(c: Any, fr: Any, model: str, target: Optional[str]) -> None:
     tr = r.transfer or {}
     sent = "skipped (already on the board)" if tr.get("skipped") else \
         f"{tr.get('bytes_sent', 0) / 1e6:.1f} MB in {tr.get('seconds', 0):.1f} s"
-    table = latency_table(f"{Path(model).name} on {fr.board} ({r.target or target or ''})", [(fr.board, r)])
-    lines = [_power_line(r)] + list(noise_lines(fr.board, r)) + [f"upload: {sent}"]
+    emulated = emulated_note(r)
+    title = f"{Path(model).name} on {fr.board} ({r.target or target or ''})" + (" EMULATED" if emulated else "")
+    table = latency_table(title, [(fr.board, r)])
+    lines = [_power_line(r)] + list(noise_lines(fr.board, r)) + [f"upload: {sent}"] + ([emulated] if emulated else [])
     c.print(table)
     for line in lines:
         c.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -539,6 +541,15 @@ PUSH_COLUMNS = [("board", 16), ("result", 6), ("p50 ms", 9), ("p99 ms", 9), ("in
                 ("s", 6), ("detail", 0)]
 
 
+def emulated_note(r: Any) -> str:
+    """The label of a result measured under emulation (its device facts' ``emulation``), else ''."""
+    emu = (getattr(r, "device", None) or {}).get("emulation")
+    if not emu:
+        return ""
+    return (f"EMULATED ({emu.get('kind', 'emulation')}, {emu.get('process_machine')} on a "
+            f"{emu.get('kernel_machine')} kernel): these timings measure the emulator, not the board's speed")
+
+
 def _push_row(fr: Any) -> List[str]:
     """A row of a board's :class:`sdk.result.BenchResult` (or of its error)."""
     from ._common import fmt_ms
@@ -551,8 +562,9 @@ def _push_row(fr: Any) -> List[str]:
     n = tr.get("bytes_sent", 0)
     sent = "model already there" if tr.get("skipped") else (
         f"sent {n / 1e6:.1f} MB" if n >= 1e6 else f"sent {n / 1e3:.0f} kB")
-    return [fr.board, "ok", fmt_ms(r.stats.p50_ms), fmt_ms(r.stats.p99_ms), f"{r.stats.throughput_ips:.1f}",
-            "-" if w is None else f"{w:.2f}", f"{fr.seconds:.1f}", f"{r.target or ''}, {sent}"]
+    return [fr.board, "emul" if emulated_note(r) else "ok", fmt_ms(r.stats.p50_ms), fmt_ms(r.stats.p99_ms),
+            f"{r.stats.throughput_ips:.1f}", "-" if w is None else f"{w:.2f}", f"{fr.seconds:.1f}",
+            f"{r.target or ''}, {sent}" + (", EMULATED: not the board's speed" if emulated_note(r) else "")]
 
 
 def _push_doc(fr: Any) -> Dict[str, Any]:

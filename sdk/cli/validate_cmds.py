@@ -72,6 +72,9 @@ def validate_cmd(
     inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
     hosts: Optional[str] = typer.Option(None, "--hosts", help=LIMIT_HELP + " (--limit counts samples here)"),
     forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
+    ep: Optional[List[str]] = typer.Option(
+        None, "--ep", help="Add mobile EP readiness to the report: nnapi, coreml, coreml-mlprogram, xnnpack "
+                           "(which nodes the EP takes at the validated shapes; repeatable)."),
 ) -> None:
     """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
     any fails (NO-GO), 2 when the run could not be done."""
@@ -82,6 +85,11 @@ def validate_cmd(
 
     for path, opt in ((report, "--report"), (junit, "--junit"), (json_path, "--json")):
         check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
+    if ep:
+        from ..targets.onnxrt.readiness import check_ep_name
+
+        for e in ep:
+            check_ep_name(e)
     boards: List[Any] = list(board or [])
     stream = None
     if inventory or hosts:   # board profiles of an Ansible inventory: a row (and a JSON line) per board as it ends
@@ -97,7 +105,10 @@ def validate_cmd(
                       input_shapes=parse_input_shapes(input_shape or []) or None,
                       input_values=list(input_value or []),
                       sample_axes=_sample_axes(model, sample_axis),
-                      on_board=stream.add if stream is not None else None)
+                      on_board=stream.add if stream is not None else None, ep_readiness=tuple(ep or ()))
+    if json_path != "-" and not quiet:
+        for name, r in (result.model.get("ep_readiness") or {}).items():
+            console().print(r.get("summary") or f"{name}: {r.get('error')}", markup=False, highlight=False)
     if report:
         result.write_html(report)
     if junit:
@@ -122,9 +133,11 @@ VALIDATE_COLUMNS = [("board", 16), ("verdict", 7), ("p50 ms", 9), ("p99 ms", 9),
 def _validate_row(run: Any) -> List[str]:
     from ._common import fmt_ms
 
-    stats = run.bench.stats if run.bench is not None else None
+    stats = run.bench.stats if run.bench is not None and not run.emulation else None
     counts = [sum(1 for c in run.checks if c.verdict == v) for v in ("pass", "fail", "skip")]
     detail = f"failed during {run.failed_stage}: {run.error}" if run.error else ""
+    if run.emulation:
+        detail = ("emulated: timings are not the board's speed; " + detail).rstrip("; ")
     return [run.board, run.verdict.upper(), fmt_ms(stats.p50_ms if stats else None),
             fmt_ms(stats.p99_ms if stats else None),
             "/".join(map(str, counts)), f"{run.seconds:.1f}", detail]
@@ -155,7 +168,8 @@ def _print_summary_table(c: Any, result: Any) -> None:
         t.add_column(col, justify="left" if col in ("board", "verdict") else "right", no_wrap=True)
     for r in result.summary_rows():
         verdict = styled("[green]PASS[/green]" if r["verdict"] == "pass" else "[red]FAIL[/red]")
-        t.add_row(r["board"], verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
+        board = f"{r['board']} (emulated)" if r.get("emulated") else r["board"]
+        t.add_row(board, verdict, fmt_ms(r["p50_ms"]), fmt_ms(r["p99_ms"]), _num(r["throughput_ips"], "{:.1f}"),
                   _num(r["mean_w"], "{:.2f}"), _num(r["top1"], "{:.4f}"), _num(r["cosine"], "{:.5f}"),
                   f"{r['passed']}/{r['failed']}/{r['skipped']}")
     if c.is_terminal:

@@ -24,10 +24,11 @@ class UnknownFormatError(ModelFormatError, UnknownNameError):
 #: Format name -> :class:`ModelFormat` subclass (``"module:Class"`` until first use).
 FORMATS: "Registry[type]" = Registry(
     "model format",
-    {"onnx": "sdk.formats.onnx:OnnxFormat", "tflite": "sdk.formats.tflite:TFLiteFormat"},
+    {"onnx": "sdk.formats.onnx:OnnxFormat", "tflite": "sdk.formats.tflite:TFLiteFormat",
+     "ort": "sdk.formats.ort:OrtFormat"},
     entry_points="edgesdk.formats", error=UnknownFormatError, load_error=ModelFormatError, known_label="known formats",
 )
-_SUFFIXES = {".onnx": "onnx", ".tflite": "tflite", ".lite": "tflite"}
+_SUFFIXES = {".onnx": "onnx", ".tflite": "tflite", ".lite": "tflite", ".ort": "ort"}
 _loaded: Dict[str, "ModelFormat"] = {}
 
 
@@ -95,7 +96,8 @@ def get_format(name: str) -> ModelFormat:
 
 
 def detect_format(path: Optional[Path], data: Optional[bytes] = None) -> str:
-    """Format from the file suffix, else from the content (TFLite's ``TFL3`` identifier, else ONNX)."""
+    """Format from the file suffix, else from the content (the flatbuffer identifiers: TFLite's
+    ``TFL3``, ORT format's ``ORTM``; else ONNX)."""
     if path is not None and path.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[path.suffix.lower()]
     head = data[:8] if data is not None else None
@@ -104,12 +106,14 @@ def detect_format(path: Optional[Path], data: Optional[bytes] = None) -> str:
             head = f.read(8)
     if head is not None and head[4:8] == b"TFL3":
         return "tflite"
+    if head is not None and head[4:8] == b"ORTM":
+        return "ort"
     return "onnx"
 
 
 def default_target(model: Any) -> str:
     """The target that runs ``model`` (a :class:`~sdk.Model`, a path, or a format name) when none is
-    given: ONNX -> ``onnxruntime``, TFLite -> ``tflite``."""
+    given: ONNX and ORT format -> ``onnxruntime``, TFLite -> ``tflite``."""
     if isinstance(model, str) and model in FORMATS:
         fmt = model
     elif hasattr(model, "format") and isinstance(model.format, str):

@@ -354,12 +354,20 @@ def validation_html(result: Dict[str, Any]) -> str:
     body.append("<h2>Summary</h2>")
     rows = []
     for r in result.get("summary", []):
-        link = _Raw(f'<a href="#board-{escape(r["board"])}">{escape(r["board"])}</a>')
+        emulated = " (emulated: timings are not the board's)" if r.get("emulated") else ""
+        link = _Raw(f'<a href="#board-{escape(r["board"])}">{escape(r["board"])}</a>{escape(emulated)}')
         rows.append([link, _Raw(_badge(r["verdict"])), r.get("p50_ms"), r.get("p99_ms"), r.get("throughput_ips"),
                      r.get("mean_w"), r.get("top1"), r.get("cosine"), r.get("passed"), r.get("failed"),
                      r.get("skipped"), r.get("error") or ""])
     body.append(_table(["board", "verdict", "p50 ms", "p99 ms", "inf/s", "mean W", "top-1", "min cosine", "passed",
                         "failed", "skipped", "error"], rows, cls="summary", num_cols=tuple(range(2, 11))))
+    readiness = (result.get("model") or {}).get("ep_readiness") or {}
+    if readiness:
+        body.append("<h2>Mobile EP readiness (onnxruntime's usability checker)</h2>")
+        body.append(_table(["EP", "nodes taken", "of", "partitions", "suitability", "ops left to the CPU"],
+                           [[ep, r.get("supported_nodes"), r.get("num_nodes"), len(r.get("partitions") or []),
+                             r.get("suitability") or r.get("error"), ", ".join(r.get("unsupported_ops") or [])]
+                            for ep, r in readiness.items()], cls="summary"))
     ref = result.get("reference") or {}
     data = result.get("data") or {}
     body.append(_table(["reference", "version", "top-1", "data", "samples", "labels"],

