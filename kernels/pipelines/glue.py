@@ -645,8 +645,10 @@ class CtcGreedy(GlueStep):
         self.table = table[: self.blank] + [""] + table[self.blank:]
         self.min_score, self.softmax = float(o["min_score"]), bool(o["softmax"])
 
-    def decode(self, probs: np.ndarray) -> List[Tuple[str, float]]:
-        """``(text, score)`` per row of ``probs`` ``[N, T, classes]``."""
+    def decode(self, probs: Any) -> List[Tuple[str, float]]:
+        """``(text, score)`` per row of ``probs`` ``[N, T, classes]`` (or a list of such batches)."""
+        if isinstance(probs, list):
+            return [t for part in probs for t in self.decode(part)]
         p = np.asarray(probs, np.float32)
         if self.softmax:
             p = np.exp(p - p.max(-1, keepdims=True))
@@ -680,7 +682,9 @@ class TopK(GlueStep):
         o = _options("topk", options, {"k": 1, "labels": None, "softmax": False})
         self.k, self.labels, self.softmax = int(o["k"]), list(o["labels"] or []), bool(o["softmax"])
 
-    def top(self, scores: np.ndarray) -> List[List[Tuple[int, float]]]:
+    def top(self, scores: Any) -> List[List[Tuple[int, float]]]:
+        if isinstance(scores, list):
+            return [t for part in scores for t in self.top(part)]
         s = np.asarray(scores, np.float32).reshape(np.asarray(scores).shape[0], -1)
         if self.softmax:
             s = np.exp(s - s.max(1, keepdims=True))

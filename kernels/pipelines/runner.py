@@ -78,6 +78,16 @@ def load_images(data: Any) -> List[Tuple[str, np.ndarray]]:
     return out
 
 
+def _join(parts: List[np.ndarray]) -> Any:
+    """One output of a batched stage: the batches concatenated on axis 0, or the list of batch
+    arrays when their other dims differ (e.g. a recognizer's steps for batches of other widths)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(p.shape[1:] == parts[0].shape[1:] for p in parts):
+        return np.concatenate(parts, axis=0)
+    return parts
+
+
 class _Stage:
     def __init__(self, spec: StageSpec, session: Any, pre: List[GlueStep], post: List[GlueStep]) -> None:
         self.spec, self.session, self.pre, self.post = spec, session, pre, post
@@ -147,8 +157,7 @@ class OpenPipeline:
             frame.counts[st.name] = int(sum(b.shape[0] for b in feed))
             if feed:
                 runs = [st.run({st.input: b}) for b in feed]
-                frame.outputs = [r[n] if len(runs) == 1 else np.concatenate([x[n] for x in runs], axis=0)
-                                 for r in runs[:1] for n in st.output_names]
+                frame.outputs = [_join([x[n] for x in runs]) for n in st.output_names]
             else:
                 frame.outputs = []
         elif feed is None:

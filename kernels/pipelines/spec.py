@@ -44,7 +44,7 @@ TASKS = ("ocr", "detect-classify", "none")
 #: Budget keys of ``[budgets]`` (``sdk validate --pipeline``).
 BUDGET_KEYS = ("max_p50_ms", "max_p99_ms", "min_fps", "min_overlapped_fps", "max_energy_mj_per_frame", "min_metric")
 _STAGE_KEYS = ("name", "model", "target", "target_options", "precision", "preprocess", "pre", "post", "input",
-               "outputs")
+               "outputs", "reference_model")
 
 
 @dataclass
@@ -74,7 +74,8 @@ class StageSpec:
     """One stage: ``model`` (a file path), run with ``target`` (options, precision); its input is
     made by ``pre`` glue (a ``preprocess`` spec is the shorthand for a first ``preprocess`` step)
     or by the previous stage's ``post`` glue; ``input``: the input name (default the model's first),
-    ``outputs``: the outputs the glue reads, in order (default all)."""
+    ``outputs``: the outputs the glue reads, in order (default all); ``reference_model``: the FP32
+    original of a quantized ``model`` (what the end-to-end reference runs)."""
 
     name: str
     model: str
@@ -86,6 +87,7 @@ class StageSpec:
     post: List[GlueSpec] = field(default_factory=list)
     input: Optional[str] = None
     outputs: Optional[List[str]] = None
+    reference_model: Optional[str] = None
 
     def pre_steps(self) -> List[GlueSpec]:
         """The steps before inference (the ``preprocess`` shorthand first)."""
@@ -102,6 +104,8 @@ class StageSpec:
             d["input"] = self.input
         if self.outputs:
             d["outputs"] = list(self.outputs)
+        if self.reference_model:
+            d["reference_model"] = self.reference_model
         return d
 
     @classmethod
@@ -126,7 +130,8 @@ class StageSpec:
                    preprocess=PreprocessSpec.from_dict(dict(pre)) if pre is not None else None,
                    pre=[GlueSpec.from_dict(g, where) for g in data.get("pre", [])],
                    post=[GlueSpec.from_dict(g, where) for g in data.get("post", [])],
-                   input=data.get("input"), outputs=list(data["outputs"]) if data.get("outputs") else None)
+                   input=data.get("input"), outputs=list(data["outputs"]) if data.get("outputs") else None,
+                   reference_model=data.get("reference_model"))
 
 
 @dataclass
@@ -213,6 +218,8 @@ class PipelineSpec:
             st.model = self._path(st.model)
             if not Path(st.model).is_file():
                 raise InputError("stage '%s': model '%s' does not exist" % (st.name, st.model))
+            if st.reference_model:
+                st.reference_model = self._path(st.reference_model)
             for g in st.pre + st.post:
                 if ".py:" in g.step:
                     file, _, fn = g.step.rpartition(":")
@@ -237,6 +244,13 @@ class PipelineSpec:
 
     def models(self) -> List[str]:
         return [s.model for s in self.stages]
+
+    def reference(self) -> "PipelineSpec":
+        """The same pipeline in FP32: each stage's ``reference_model`` (or its model), precision fp32."""
+        ref = self.with_models([s.reference_model or s.model for s in self.stages])
+        for st in ref.stages:
+            st.precision, st.reference_model = "fp32", None
+        return ref
 
     def with_models(self, models: Sequence[str]) -> "PipelineSpec":
         """A copy with the stages' models replaced (e.g. INT8 ones, or paths on a board)."""
