@@ -156,3 +156,47 @@ def glue_cmd() -> None:
     for name in GLUE.names():
         doc = (GLUE[name].__doc__ or "").strip().splitlines()
         c.print(f"{name:16} {doc[0] if doc else ''}", markup=False, soft_wrap=True)
+
+
+def validate_pipeline_cmd(spec: str, model: Optional[str], board: Optional[List[str]], data: Optional[str],
+                          budgets_spec: Optional[str], report: Optional[str], json_path: Optional[str], strict: bool,
+                          quiet: bool, frames: int) -> None:
+    """``sdk validate --pipeline SPEC --data pages/ [--board B ...] [--spec budgets.toml]``."""
+    from ..config import load_toml
+    from ..errors import InputError
+    from ..kernels.pipelines import RunConfig
+    from ..validation.pipeline import validate_pipeline
+    from ._common import check_output, console, write_json, write_text_atomic
+
+    if model:
+        raise InputError("give either MODEL or --pipeline SPEC, not both")
+    if not data:
+        raise InputError("--pipeline needs --data: a folder of images (pages, photos)")
+    for path, opt in ((report, "--report"), (json_path, "--json")):
+        check_output(path, opt, stdout_ok=opt == "--json")
+    budgets = None
+    if budgets_spec:
+        doc = load_toml(budgets_spec, "--spec '%s'" % budgets_spec)
+        budgets = dict(doc.get("budgets") or {})
+    res = validate_pipeline(spec, data, list(board or []), config=RunConfig(frames=frames), budgets=budgets,
+                            strict=strict, progress=None if quiet else _progress)
+    doc = res.to_dict()
+    if json_path:
+        write_json(json_path, doc)
+    if report:
+        from ..reports.pipeline_html import pipeline_report_html
+
+        write_text_atomic(report, pipeline_report_html(doc), "--report")
+    if json_path != "-":
+        c = console()
+        for r in res.results:
+            _print(r)
+        for ch in res.checks:
+            measured = "-" if ch["measured"] is None else f"{ch['measured']:.4g}"
+            c.print(f"{ch['verdict'].upper():5} {ch['name']}: {measured} {ch['unit']} (limit {ch['op']} {ch['limit']:g})"
+                    + (f" - {ch['reason']}" if ch.get("reason") else ""), markup=False, soft_wrap=True)
+        c.print(f"{res.verdict} ({res.summary})", markup=False)
+        for path, what in ((report, "HTML report"), (json_path, "JSON")):
+            if path:
+                c.print(f"wrote {what}: {path}")
+    raise typer.Exit(res.exit_code)
