@@ -63,4 +63,6 @@ class Pipeline:
         result = run_pipeline_spec(self.spec, load_images(data), cfg)
         result.host = host_info()
         result.device = {"where": "host"}
+        result.energy = {"measured": False, "reason": "energy is measured on boards: run with --board "
+                                                      "(local: this machine, through the agent's power sensors)"}
         return result
