@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 

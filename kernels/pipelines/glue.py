@@ -314,13 +314,14 @@ class DbBoxes(GlueStep):
     def boxes_in_input(self, prob: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """``(quads [K,4,2], scores [K])`` in the probability map's pixels."""
         cv2 = self._cv2
-        prob = np.asarray(prob, np.float32).reshape(np.asarray(prob).shape[-2:])
+        arr = np.asarray(prob, np.float32)
+        h, w = int(arr.shape[-2]), int(arr.shape[-1])
+        prob = arr.reshape(h, w)
         bitmap = (prob > self.thresh).astype(np.uint8)
         if self.use_dilation:
             bitmap = cv2.dilate(bitmap, np.ones((2, 2), np.uint8))
         found = cv2.findContours(bitmap * 255, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
         contours = found[0] if len(found) == 2 else found[1]
-        h, w = prob.shape
         quads, scores = [], []
         for contour in contours[: self.max_candidates]:
             rect = cv2.minAreaRect(contour)
@@ -751,4 +752,4 @@ def build_step(name: str, options: Optional[Mapping[str, Any]] = None) -> GlueSt
         step = cls(**opts)
     except TypeError as exc:
         raise ConfigError("bad options for the %s glue step: %s" % (name, exc)) from exc
-    return step  # type: ignore[no-any-return]
+    return step

@@ -313,7 +313,7 @@ def run_pipeline_spec(spec: PipelineSpec, images: List[Tuple[str, np.ndarray]], 
             pipe.close()
     e2e = LatencyStats.from_samples(per["end_to_end"], wall_s=serial_s)
     e2e_mean = e2e.mean_ms or 1.0
-    stages = []
+    stages: List[Dict[str, Any]] = []
     for k, st in enumerate(spec.stages):
         stats = LatencyStats.from_samples(per["stages"][k])
         stages.append({

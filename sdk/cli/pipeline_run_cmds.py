@@ -46,7 +46,8 @@ def run_cmd(
         check_output(path, opt, stdout_ok=opt == "--json")
     pipe = Pipeline.load(spec)
     cfg = RunConfig(frames=frames, warmup=warmup, overlapped=not no_overlap, queue_depth=queue_depth)
-    results = [pipe.run(data, cfg, board=b) for b in (board or [None])]
+    targets: List[Optional[str]] = list(board) if board else [None]
+    results = [pipe.run(data, cfg, board=b) for b in targets]
     _emit(results, outputs, json_path, report)
 
 
@@ -123,6 +124,8 @@ def quantize_cmd(
                                                                           "min_metric, else 0.98)."),
     stage: Optional[List[str]] = typer.Option(None, "--stage", help="Quantize only these stages (repeatable)."),
     calib_limit: int = typer.Option(64, "--calib-limit", min=1, help="At most this many inputs per stage."),
+    no_stage_budget: bool = typer.Option(False, "--no-stage-budget", help="Skip each stage's own budget (and its "
+                                                                         "fallback search) on its real inputs."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the report JSON here ('-' for stdout)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines."),
 ) -> None:
@@ -133,7 +136,8 @@ def quantize_cmd(
 
     check_output(json_path, "--json")
     res = quantize_pipeline(spec, calib, output, eval_data=eval_data, min_metric=min_metric, stages=stage,
-                            calib_limit=calib_limit, progress=None if quiet else _progress)
+                            calib_limit=calib_limit, progress=None if quiet else _progress,
+                            stage_budget=not no_stage_budget)
     if json_path:
         write_json(json_path, res.to_dict())
     if json_path != "-":

@@ -57,17 +57,17 @@ def _num(v: Any, digits: int = 2) -> str:
 
 def _result_section(doc: Mapping[str, Any]) -> List[str]:
     stages: List[Dict[str, Any]] = list(doc.get("stages") or [])
-    names = [str(s["name"]) for s in stages]
+    names = [str(st["name"]) for st in stages]
     parts: List[str] = []
-    for s in names:
-        parts += [f"{s}: pre glue", f"{s}: inference", f"{s}: post glue"]
+    for n in names:
+        parts += [f"{n}: pre glue", f"{n}: inference", f"{n}: post glue"]
     rows = []
     for stat in ("p50", "mean"):
         vals: Dict[str, Optional[float]] = {}
-        for s in stages:
-            vals[f"{s['name']}: pre glue"] = (s.get("pre_ms") or {}).get(stat)
-            vals[f"{s['name']}: inference"] = (s.get("inference_ms") or {}).get(stat)
-            vals[f"{s['name']}: post glue"] = (s.get("post_ms") or {}).get(stat)
+        for st in stages:
+            vals[f"{st['name']}: pre glue"] = (st.get("pre_ms") or {}).get(stat)
+            vals[f"{st['name']}: inference"] = (st.get("inference_ms") or {}).get(stat)
+            vals[f"{st['name']}: post glue"] = (st.get("post_ms") or {}).get(stat)
         rows.append((stat, vals))
     where = (doc.get("board") or {}).get("name") or "host"
     e2e = (doc.get("end_to_end") or {}).get("latency_ms") or {}

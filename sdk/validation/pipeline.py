@@ -194,12 +194,16 @@ def _stage_feeds(spec: Any, images: List[Any], k: int, limit: int) -> List[Dict[
 def quantize_pipeline(spec: SpecLike, calib: Any, output_dir: Union[str, "os.PathLike[str]"], *,
                       eval_data: Any = None, min_metric: Optional[float] = None, stages: Optional[Sequence[str]] = None,
                       calib_limit: int = 64, scheme: Optional[str] = None, progress: Progress = None,
+                      stage_budget: bool = True,
                       quantize_options: Optional[Mapping[str, Any]] = None) -> PipelineQuantization:
     """INT8 per stage, in order, each calibrated on what the pipeline (with the stages kept so far)
     really feeds it from ``calib`` (crops from the detector's boxes, not synthetic ones), through
     :func:`sdk.quantize.quantize`; a stage's INT8 model is kept only while the end-to-end metric on
     ``eval_data`` (default: ``calib``) against the FP32 host pipeline stays >= ``min_metric``
-    (default: the spec's ``[budgets] min_metric``, else 0.98). Writes ``<stage>.int8.onnx`` files
+    (default: the spec's ``[budgets] min_metric``, else 0.98). With ``stage_budget`` the stage's
+    own default budget of :func:`sdk.quantize.quantize` (cosine, per-position top-1 of a recognizer)
+    holds on those same real inputs first, so its fallback search keeps the layers that break it in
+    float before the end-to-end check. Writes ``<stage>.int8.onnx`` files
     and ``<name>.int8.toml`` (the pipeline with the kept stages) into ``output_dir``."""
     from ..kernels.pipelines import Pipeline, RunConfig, load_images
     from ..quantize import QuantizeConfig, quantize
@@ -237,8 +241,8 @@ def quantize_pipeline(spec: SpecLike, calib: Any, output_dir: Union[str, "os.Pat
         dst = out / ("%s.int8.onnx" % st.name)
         opts = dict(quantize_options or {})
         cfg = QuantizeConfig(scheme=scheme or (st.target if st.target in ("onnxruntime", "tensorrt", "tflite")
-                                               else "onnxruntime"), budget=False, speed_check=False,
-                             allow_slower=True)
+                                               else "onnxruntime"), budget=stage_budget,
+                             eval_data=feeds if stage_budget else None, speed_check=False, allow_slower=True)
         try:
             q = quantize(st.model, feeds, cfg, output=dst, **opts)
         except EdgeSDKError as exc:
