@@ -2,9 +2,9 @@
 
 1. Overhead: the runner (``sdk.kernels.pipelines``, serial, ``run_pipeline_spec``) against a
    hand-written loop over the SAME open sessions and the SAME glue step objects (what a user would
-   write without edgesdk: call the steps, run each batch, concatenate). Rounds alternate runner /
-   hand loop (A B A B ...) over the same frames; each side's figure is the median over rounds of its
-   per-round end-to-end p50. Printed: (runner - hand) / hand p50 (goal <= 3 %), and the runner's own
+   write without edgesdk: call the steps, run each batch, concatenate), over the same frames; each side's figure is the median over rounds of its
+   per-round end-to-end p50 (the order alternates: runner first on even rounds, hand loop first on
+   odd ones). Printed: (runner - hand) / hand p50 (goal <= 3 %), and the runner's own
    accounted overhead (end to end minus the stages' times, ``end_to_end.overhead_ms``) over its p50.
 2. Overlap: the runner's throughput with the stages overlapped (one thread per stage, queues of 2)
    over serial, each stage's session on ONE thread (``threads = 1`` in the specs), so two stages
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -67,16 +67,28 @@ def hand_loop(pipe: OpenPipeline, images: List[Tuple[str, np.ndarray]], frames: 
 
 def bench(label: str, spec: PipelineSpec, data: Path, rounds: int, frames: int) -> None:
     images = load_images(data)
-    runner_p50, hand_p50, own_pct, speedups = [], [], [], []
+    runner_p50: List[float] = []
+    hand_p50: List[float] = []
+    own_pct: List[float] = []
+    speedups: List[float] = []
+    results: List[Any] = []
     with OpenPipeline(spec) as pipe:
         hand_loop(pipe, images, len(images))                  # warm both paths
-        for _ in range(rounds):
-            r = run_pipeline_spec(spec, images, RunConfig(frames=frames, warmup=0, overlapped=True), pipe=pipe)
-            runner_p50.append(r.end_to_end["latency_ms"]["p50"])
-            own_pct.append(100.0 * r.end_to_end["overhead_ms"]["p50"] / r.end_to_end["latency_ms"]["p50"])
-            if r.throughput["speedup"]:
-                speedups.append(r.throughput["speedup"])
-            hand_p50.append(float(np.percentile(hand_loop(pipe, images, max(frames, len(images))), 50)))
+        for i in range(rounds):
+            def runner() -> None:
+                r = run_pipeline_spec(spec, images, RunConfig(frames=frames, warmup=0, overlapped=True), pipe=pipe)
+                results.append(r)
+                runner_p50.append(r.end_to_end["latency_ms"]["p50"])
+                own_pct.append(100.0 * r.end_to_end["overhead_ms"]["p50"] / r.end_to_end["latency_ms"]["p50"])
+                if r.throughput["speedup"]:
+                    speedups.append(r.throughput["speedup"])
+
+            def hand() -> None:
+                hand_p50.append(float(np.percentile(hand_loop(pipe, images, max(frames, len(images))), 50)))
+
+            for side in ((runner, hand) if i % 2 == 0 else (hand, runner)):   # A B, B A, ...: drift cancels
+                side()
+        r = results[-1]
         stage_means = {s["name"]: s["latency_ms"]["mean"] for s in r.stages}
         bounding = r.bounding_stage
     rp, hp = statistics.median(runner_p50), statistics.median(hand_p50)

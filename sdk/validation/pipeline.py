@@ -188,7 +188,26 @@ def _stage_feeds(spec: Any, images: List[Any], k: int, limit: int) -> List[Dict[
                 pipe.stage(j, frame)
             if len(feeds) >= limit:
                 break
-    return feeds
+    return _same_shape(feeds)
+
+
+def _same_shape(feeds: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Rows of different widths (a recognizer's crops) padded with 0 to the widest, as the
+    ``batch`` step pads a batch, so the quantizer can batch them."""
+    import numpy as np
+
+    if not feeds:
+        return feeds
+    name = next(iter(feeds[0]))
+    shapes = {f[name].shape for f in feeds}
+    if len(shapes) == 1 or len({len(sh) for sh in shapes}) != 1:
+        return feeds
+    top = tuple(max(sh[i] for sh in shapes) for i in range(len(next(iter(shapes)))))
+    out = []
+    for f in feeds:
+        a = f[name]
+        out.append({name: np.pad(a, [(0, t - d) for t, d in zip(top, a.shape)]) if a.shape != top else a})
+    return out
 
 
 def quantize_pipeline(spec: SpecLike, calib: Any, output_dir: Union[str, "os.PathLike[str]"], *,

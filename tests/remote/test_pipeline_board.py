@@ -79,3 +79,19 @@ def test_local_board_runs_user_glue_and_says_why_there_is_no_energy(client_home,
     assert remote.outputs_by_input() == host.outputs_by_input()
     assert all(it["tag"].startswith("deg") for items in remote.outputs_by_input().values() for it in items)
     assert not remote.energy["measured"] and "hwmon" in remote.energy["reason"]
+
+
+def test_agent_pipeline_request_errors(specs, tmp_path):
+    from sdk.errors import ConfigError, InputError
+    from sdk.remote.agent.commands import run_command
+
+    doc = specs[1].to_dict()
+    with pytest.raises(ConfigError, match="unknown key"):
+        run_command("pipeline", {"spec": doc, "inputs": [{"path": "x"}], "bogus": 1})
+    with pytest.raises(ConfigError, match="needs inputs"):
+        run_command("pipeline", {"spec": doc, "inputs": []})
+    with pytest.raises(InputError, match="does not exist on the board"):
+        run_command("pipeline", {"spec": doc, "inputs": [{"name": "a.png", "path": str(tmp_path / "a.png")}]})
+    moved = dict(doc, stages=[dict(doc["stages"][0], model=str(tmp_path / "gone.onnx"))] + doc["stages"][1:])
+    with pytest.raises(InputError, match="is not on the board"):
+        run_command("pipeline", {"spec": moved, "inputs": [{"path": "x"}]})
