@@ -28,7 +28,7 @@ from ..errors import InputError, MissingDependencyError
 from ..preprocess import PreprocessSpec
 from .reference import Detections, PostprocessSpec, scale_boxes, yolo_postprocess
 
-__all__ = ["PipelineConfig", "detect_pipeline", "STAGES", "stage_stats", "image_files", "PIPELINES", "run_pipeline"]
+__all__ = ["PipelineConfig", "detect_pipeline", "STAGES", "stage_stats", "image_files", "PIPELINES", "run_pipeline", "cuda_reason"]
 
 STAGES = ("decode", "preprocess", "inference", "postprocess")
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -135,8 +135,8 @@ class _CudaStages:
 _DEVICES: Dict[str, Callable[..., Any]] = {"cpu": _CpuStages, "cuda": _CudaStages}
 
 
-def _cuda_reason() -> Optional[str]:
-    """None when the CUDA kernels can run here, else why not."""
+def cuda_reason() -> Optional[str]:
+    """None when the CUDA kernels can run here, else why not (also used by the pipeline glue steps)."""
     from ..targets.cuda import installed_backends
     from ..targets.cuda.probe import probe_gpu
 
@@ -155,7 +155,7 @@ def _pick_device(device: str, backend: Any = None) -> Tuple[str, Optional[str]]:
         return "cpu", "cpu was asked for"
     if backend is not None:
         return "cuda", None
-    why = _cuda_reason()
+    why = cuda_reason()
     if device == "cuda" and why:
         raise InputError(f"the CUDA pre/post-processing kernels cannot run here: {why}", "use --device cpu")
     return ("cpu", why) if why else ("cuda", None)
@@ -309,3 +309,6 @@ def run_pipeline(kind: str, model: Any, config: PipelineConfig) -> Any:
     if fn is None:
         raise InputError(f"unknown pipeline '{kind}'", f"known pipelines: {', '.join(PIPELINES)}")
     return fn(model, config)
+
+
+_cuda_reason = cuda_reason  # the earlier private name (tests/kernels/test_pipeline.py)

@@ -402,6 +402,50 @@ class Board:
                 return {k: z[k] for k in z.files}
 
 
+    def pipeline(self, spec: Any, data: Any, config: Any = None, *, timeout_s: Optional[float] = None) -> Any:
+        """Run a whole pipeline on the board: every stage's model, the user glue files and the input
+        images are pushed (content-addressed), then the agent runs every stage and glue step there
+        and samples power over the measured run. ``spec``: a :class:`sdk.kernels.pipelines.PipelineSpec`;
+        ``data``: a folder of images, a file or a list of files; ``config``: a
+        :class:`~sdk.kernels.pipelines.RunConfig`. Returns a :class:`~sdk.kernels.pipelines.PipelineResult`
+        (``board`` and ``energy`` filled; outputs, stages and models named as on the host)."""
+        from ..kernels.pipelines import RunConfig
+        from ..kernels.pipelines.result import PipelineResult
+        from ..kernels.pipelines.runner import IMAGE_EXTENSIONS
+
+        cfg = config or RunConfig()
+        doc = spec.to_dict()
+        local_models = list(spec.models())
+        for st in doc["stages"]:
+            st["model"] = self._abs(self.push(Path(st["model"])).remote_path)
+            for g in st["pre"] + st["post"]:
+                if ".py:" in g["step"]:
+                    file, _, fn = g["step"].rpartition(":")
+                    g["step"] = "%s:%s" % (self._abs(self.push(Path(file), kind="data").remote_path), fn)
+        if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
+            files = sorted(f for f in Path(data).iterdir() if f.suffix.lower() in IMAGE_EXTENSIONS)
+        elif isinstance(data, (str, os.PathLike)):
+            files = [Path(data)]
+        else:
+            files = [Path(f) for f in data]
+        if not files:
+            raise _errors.InputError(f"no images in '{data}'", "give a folder of pages or photos")
+        for f in files:
+            if not f.is_file():
+                raise _errors.InputError(f"pipeline input '{f}' does not exist")
+        inputs = [{"name": f.name, "path": self._abs(self.push(f, kind="data").remote_path)} for f in files]
+        request = {"spec": doc, "inputs": inputs, "frames": cfg.frames, "warmup": cfg.warmup,
+                   "overlapped": cfg.overlapped, "queue_depth": cfg.queue_depth, "workdir": self._abs(self.workdir),
+                   "power": self._power_request()}
+        timeout = timeout_s or (BENCH_TIMEOUT_PAD_S + 30.0 * (cfg.frames + cfg.warmup) * len(doc["stages"]))
+        result = PipelineResult.from_dict(self.agent("pipeline", request, timeout_s=timeout),
+                                          source=f"board '{self.name}'")
+        result.board = self.info()
+        for st, local in zip(result.stages, local_models):
+            st["model"] = {"path": local, "name": Path(local).name, "remote_path": st["model"]["path"]}
+        result.pipeline["spec"] = spec.to_dict()
+        return result
+
     def clean(self) -> Dict[str, Any]:
         """Empty the board's cache (``<workdir>/data`` and ``<workdir>/models``); returns
         ``{workdir, removed_files, removed_bytes}``. Models and data are pushed again when needed."""

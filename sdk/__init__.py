@@ -44,6 +44,8 @@ _LAZY = {
     "compare_outputs": "sdk.metrics",
     "errors": "sdk.errors",
     "EdgeSDKError": "sdk.errors",
+    "Pipeline": "sdk.kernels.pipelines",
+    "PipelineResult": "sdk.kernels.pipelines",
 }
 
 __all__ = ["__version__", *_LAZY]

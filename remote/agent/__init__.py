@@ -73,6 +73,7 @@ def agent_sources() -> List[Tuple[str, Path]]:
     files = [("sdk/%s.py" % m, sdk_dir / ("%s.py" % m)) for m in CORE_MODULES]
     files += _tree(sdk_dir / "formats", "sdk/formats")
     files += _tree(_package_dir("sdk.targets"), "sdk/targets")
+    files += _tree(_package_dir("sdk.kernels"), "sdk/kernels")      # pipelines' glue and their CPU references
     files += _tree(Path(__file__).resolve().parent, "sdk/remote/agent")
     return sorted(files)
 

@@ -34,7 +34,7 @@ from ...config import check_keys
 from ...errors import ConfigError, InputError, MissingDependencyError, ModelNotFoundError
 from ...probe import module_installed
 
-__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version", "profile", "clean", "trim_cache"]
+__all__ = ["COMMANDS", "run_command", "facts", "bench", "infer", "version", "profile", "clean", "trim_cache", "pipeline"]
 
 _INSTALL_NUMPY = "pip3 install numpy (or: sudo apt install python3-numpy)"
 
@@ -434,7 +434,15 @@ def profile(request: Mapping[str, Any]) -> Dict[str, Any]:
     return run_profile(request)
 
 
+def pipeline(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """A whole pipeline run on the board (see :mod:`.pipeline_cmd`)."""
+    from .pipeline_cmd import pipeline as run_pipeline
+
+    return run_pipeline(request)
+
+
 COMMANDS: Dict[str, Callable[[Mapping[str, Any]], Dict[str, Any]]] = {
+    "pipeline": pipeline,
     "version": version,
     "facts": facts,
     "bench": bench,

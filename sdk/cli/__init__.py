@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "sdk.cli.compare_cmds",  # compare
     "sdk.cli.profile_cmds",  # profile
     "sdk.cli.convert_cmds",  # convert
+    "sdk.cli.pipeline_run_cmds",  # pipeline run / quantize / glue
 ]
 
 EXIT_FAILED = 1   # the job ran and its verdict is negative (a check failed, a board failed)

@@ -31,7 +31,7 @@ def _sample_axes(model: str, items: Optional[List[str]]) -> Any:
 
 
 def validate_cmd(
-    model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
+    model: Optional[str] = typer.Argument(None, help="Model file (.onnx or .tflite); not with --pipeline."),
     board: Optional[List[str]] = typer.Option(None, "--board", "-b",
                                               help="Board name (repeatable for a fleet); 'local' is this machine, "
                                                    "'host:<target>' a target on this machine."),
@@ -75,9 +75,22 @@ def validate_cmd(
     ep: Optional[List[str]] = typer.Option(
         None, "--ep", help="Add mobile EP readiness to the report: nnapi, coreml, coreml-mlprogram, xnnpack "
                            "(which nodes the EP takes at the validated shapes; repeatable)."),
+    pipeline: Optional[str] = typer.Option(
+        None, "--pipeline", help="Validate a pipeline spec (TOML) instead of a model: its [budgets] on end-to-end "
+                                 "latency, fps, energy per frame and the end-to-end metric vs FP32 on the host."),
+    frames: int = typer.Option(20, "--frames", min=1, help="With --pipeline: timed frames per board."),
 ) -> None:
-    """Validate a model on boards against a spec: exit 0 when every check passes (GO), 1 when
-    any fails (NO-GO), 2 when the run could not be done."""
+    """Validate a model (or with --pipeline a whole pipeline) on boards against a spec: exit 0 when
+    every check passes (GO), 1 when any fails (NO-GO), 2 when the run could not be done."""
+    if pipeline:
+        from .pipeline_run_cmds import validate_pipeline_cmd
+
+        validate_pipeline_cmd(pipeline, model, board, data, spec, report, json_path, strict, quiet, frames)
+        return
+    if not model:
+        from ..errors import InputError
+
+        raise InputError("sdk validate needs MODEL (or --pipeline SPEC)")
     from ..sources import parse_preprocess
     from ..tensors import parse_input_shapes
     from ..validation import validate
@@ -231,7 +244,7 @@ def _print_verdict(c: Any, result: Any) -> None:
 
 
 def robustness_cmd(
-    model: str = typer.Argument(..., help="Model file (.onnx or .tflite)."),
+    model: Optional[str] = typer.Argument(None, help="Model file (.onnx or .tflite); not with --pipeline."),
     data: str = typer.Option(..., "--data", help="Inputs: a folder of images, or a .npy/.npz file or folder."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Host target (default: the one that runs the model's format)."),
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Run on this board instead of the host."),

@@ -168,6 +168,25 @@ MODELS: Dict[str, CorpusModel] = {m.name: m for m in (
                 "GELU via Erf), shipped QDQ-quantized (opset 18)"),
 )}
 
+# -- issue 25 (pipelines): PP-OCRv4 text detector + recognizer from RapidOCR's wheel ------------------
+# The recognizer's character list (6623 characters) is in its ONNX metadata ("character").
+_PIPELINE_WHEELS: Dict[str, Wheel] = {
+    "rapidocr": Wheel("rapidocr_onnxruntime==1.3.24", "rapidocr_onnxruntime-1.3.24-py3-none-any.whl",
+                      "4282ff0b8db05ad2a53afc8d0ef2e7d879c53022fc61a4f8e84c58d737822cd2"),
+}
+_PIPELINE_MODELS = (
+    CorpusModel("ppocr-v4-det", "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9", "db-text-detect",
+                {"x": (1, 3, 736, 736)},
+                "PP-OCRv4 DB text detector (paddle2onnx, dynamic H/W; probability map [N,1,H,W])"),
+    CorpusModel("ppocr-v4-rec", "rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b", "ppocr-recognize",
+                {"x": (1, 3, 48, 320)},
+                "PP-OCRv4 CTC text-line recognizer (SVTR-LCNet, 6625 classes, characters in its metadata)"),
+)
+WHEELS.update(_PIPELINE_WHEELS)
+MODELS.update((m.name, m) for m in _PIPELINE_MODELS)
+
 # Photos shipped in scikit-image's wheel (public-domain or CC0 images; see skimage/data/README).
 PHOTOS: Dict[str, str] = {
     "astronaut.png": "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5",

@@ -424,4 +424,66 @@ def run_reference(model_path: str, feeds: Sequence[Feed]) -> List[List[np.ndarra
     return [sess.run(None, f) for f in feeds]
 
 
+# -- issue 25 (pipelines): the PP-OCRv4 pair ------------------------------------------------------------
+def _text_pages(n: int, seed: int, size: Tuple[int, int]) -> List[np.ndarray]:
+    """The corpus's two text photos (page.png, text.png), then rendered document pages (BGR)."""
+    from . import photos
+
+    pages = [im.load_bgr(p) for p in photos() if p.name in ("page.png", "text.png")]
+    return [pages[i] if i < len(pages) else im.render_document(seed * 1000 + i, size) for i in range(n)]
+
+
+@register_task("db-text-detect")
+class DbTextDetect(Task):
+    """DB text detector (PP-OCR): a text probability map ``[1, 1, H, W]``; the boxes are the
+    bounding boxes of the connected regions above 0.3 whose mean probability is >= 0.5; box F1 at IoU 0.5."""
+
+    metric_name = "text-box F1@0.5 vs FP32"
+    thresh, box_thresh = 0.3, 0.5
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        cv2 = _cv2()
+        name, shape = next(iter(model.input_shapes.items()))
+        h, w = int(shape[2]), int(shape[3])
+        feeds = []
+        for img in _text_pages(n, seed, (h, w)):
+            x = cv2.resize(img[:, :, ::-1], (w, h), interpolation=cv2.INTER_LINEAR).astype(np.float32) / 255.0
+            x = (x - self.mean) / self.std
+            feeds.append({name: np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)})
+        return feeds
+
+    def decode(self, outputs: Outputs) -> np.ndarray:
+        cv2 = _cv2()
+        prob = np.asarray(outputs[0], np.float32).reshape(np.asarray(outputs[0]).shape[-2:])
+        count, labels, stats, _ = cv2.connectedComponentsWithStats((prob > self.thresh).astype(np.uint8), 8)
+        boxes = []
+        for k in range(1, count):
+            score = float(prob[labels == k].mean())
+            if score >= self.box_thresh:
+                x, y, bw, bh = (int(v) for v in stats[k, :4])
+                boxes.append([x, y, x + bw, y + bh, score, 0])
+        return np.asarray(boxes, np.float32).reshape(-1, 6)   # x1, y1, x2, y2, score, class
+
+    def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
+        return box_f1([self.decode(r) for r in reference], [self.decode(c) for c in candidate])
+
+
+@register_task("ppocr-recognize")
+class PpocrRecognize(CtcRecognize):
+    """PP-OCR recognizer: 3-channel text lines ``[1, 3, 48, W]`` normalised to [-1, 1]; softmax
+    ``[1, T, classes]`` (0 = blank); 1 - CER of the greedy CTC decoding."""
+
+    def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
+        name, shape = next(iter(model.input_shapes.items()))
+        rng = np.random.default_rng(seed)
+        feeds = []
+        for i in range(n):
+            line = im.render_text_line(im.random_text(rng), int(shape[2]), int(shape[3]), seed=seed * 1000 + i)
+            x = (line.astype(np.float32) / 255.0 - 0.5) / 0.5
+            feeds.append({name: np.ascontiguousarray(np.repeat(x[None, None], 3, axis=1))})
+        return feeds
+
+
 from . import sequence_tasks as _sequence_tasks  # noqa: E402,F401 - registers the audio and table tasks
