@@ -318,7 +318,7 @@ class TFLiteCandidate(Candidate):
         index = {d["name"]: d["index"] for d in it.get_tensor_details()}
         inputs = it.get_input_details()
         for feed in feeds:
-            for d, (name, arr) in zip(inputs, _match_inputs(inputs, feed)):
+            for d, (_name, arr) in zip(inputs, _match_inputs(inputs, feed)):
                 x = np.asarray(arr)
                 if tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and tuple(x.transpose(0, 2, 3, 1).shape) == tuple(d["shape"]):
                     x = x.transpose(0, 2, 3, 1)
@@ -352,9 +352,9 @@ class TensorRTCandidate(Candidate):
         self.target = target
 
     def tensors(self, wanted: Sequence[str]) -> Dict[str, str]:
-        from ..targets.tensorrt.build import import_trt
+        from ..targets.tensorrt import build
 
-        trt = import_trt()
+        trt: Any = build.import_trt()  # type: ignore[no-untyped-call]
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         engine = runtime.deserialize_cuda_engine(self.path.read_bytes())
         inspector = engine.create_engine_inspector()
@@ -415,6 +415,7 @@ class BoardCandidate(Candidate):
         return self.inner.producers()
 
     def run(self, mapping: Mapping[str, str], feeds: Sequence[Feed]) -> Iterator[Dict[str, np.ndarray]]:
+        from ..data import save_npz
         from ..remote import Board
 
         with tempfile.TemporaryDirectory(prefix="edgesdk-diff-") as tmp:
@@ -427,7 +428,7 @@ class BoardCandidate(Candidate):
                 model_path.write_bytes(self.path.read_bytes())
             feeds_path = Path(tmp) / "feeds.npz"
             names = list(feeds[0])
-            np.savez(str(feeds_path), **{k: np.stack([np.asarray(f[k]) for f in feeds]) for k in names})
+            save_npz(feeds_path, {k: np.stack([np.asarray(f[k]) for f in feeds]) for k in names})
             with Board(self.cfg.board or "local", trust_new_host=self.cfg.trust_new_host) as board:
                 got = board.infer(model_path, feeds_path, compress=True)
         back = {v: k for k, v in mapping.items()}
@@ -535,10 +536,11 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
         return min((snr_of[i] for i in node.input if i in snr_of), default=SNR_CAP)
 
     for t, node, depth in order:
-        acc = accs.get(t)
-        if acc is None or not acc.shape:
+        found = accs.get(t)
+        if found is None or not found.shape:
             snr_of[t] = upstream(node)
             continue
+        acc = found
         row = LayerDiff(t, node.name or t, node.op_type, depth, mapping[t], acc.cosine(), acc.snr_db(), acc.maxabs,
                         acc.shape, added.get(node.name), candidate_node=made_by.get(mapping[t]))
         # what this layer itself did: its output's SNR below its inputs'

@@ -63,10 +63,11 @@ class Check:
             path = Path(tmp) / "sub.onnx"
             _save(proto, path)
             if self.board is not None:
+                from ..data import save_npz
                 from ..remote import Board
 
                 feeds = Path(tmp) / "inputs.npz"
-                np.savez(str(feeds), **{k: np.asarray(v) for k, v in inputs.items()})
+                save_npz(feeds, {k: np.asarray(v) for k, v in inputs.items()})
                 with Board(self.board) as board:
                     board.infer(path, feeds)
                 return
@@ -222,11 +223,11 @@ def reduce(model: Any, fails: Any, feed: Optional[Mapping[str, np.ndarray]] = No
 
 def _write(proto: Any, inputs: Mapping[str, np.ndarray], model_path: Path, inputs_path: Path) -> None:
     from ..atomic import atomic_path
+    from ..data import save_npz
 
     with atomic_path(model_path) as tmp:
         _save(proto, Path(str(tmp)))
-    with atomic_path(inputs_path) as tmp, open(str(tmp), "wb") as f:
-        np.savez(f, **{k: np.asarray(v) for k, v in inputs.items()})
+    save_npz(inputs_path, {k: np.asarray(v) for k, v in inputs.items()})
 
 
 def plant_unrunnable(src: Any, dst: Any, after: Optional[str] = None, domain: str = "edgesdk.test",

@@ -250,7 +250,7 @@ def _dla_conv(node: Any, g: _Graph, soc: str, prec: str) -> Optional[str]:
     w = g.shape.get(node.input[1]) if len(node.input) > 1 else None
     if node.input[1] not in g.const:
         return "weights must be constant"
-    k = [int(x) for x in (g.attr(node, "kernel_shape") or (w[2:] if w else []))]
+    k = [int(x or 0) for x in (g.attr(node, "kernel_shape") or (w[2:] if w else []))]
     if any(not 1 <= x <= 32 for x in k):
         return f"kernel {k}: each dim must be in [1, 32]"
     pads = _ints(g.attr(node, "pads"), 4, 0)
@@ -276,7 +276,7 @@ def _dla_deconv(node: Any, g: _Graph, soc: str, prec: str) -> Optional[str]:
     if g.rank(node.input[0]) != 4:
         return "2 spatial dims (4D input) only"
     w = g.shape.get(node.input[1]) if len(node.input) > 1 else None
-    k = [int(x) for x in (g.attr(node, "kernel_shape") or (w[2:] if w else []))]
+    k = [int(x or 0) for x in (g.attr(node, "kernel_shape") or (w[2:] if w else []))]
     wide = len(k) == 2 and ((k[0] == 1 and k[1] in (64, 96, 128)) or (k[1] == 1 and k[0] in (64, 96, 128)))
     if any(not 1 <= x <= 32 for x in k) and not wide:
         return f"kernel {k}: each dim must be in [1, 32] (or 1x64/96/128)"
