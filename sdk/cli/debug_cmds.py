@@ -132,7 +132,7 @@ def diff_cmd(
         c.print(f"note: {note}", markup=False)
     c.print(report.summary(), markup=False)
     if report.ranked():
-        c.print("largest own error (keep in float first): " + ", ".join(x.node for x in report.ranked()[:5]), markup=False)
+        c.print("largest own error (keep in float first): " + ", ".join(x.candidate_node or x.node for x in report.ranked()[:5]), markup=False)
     if first is not None:
         c.print(f"explain: sdk debug reduce {against} --fails check:tensorrt   (or keep {first.candidate_node or first.node} "
                 f"in float: sdk quantize ... --exclude {first.candidate_node or first.node})", markup=False)

@@ -146,7 +146,7 @@ class DiffReport:
                               "min_drop_db": self.min_drop_db},
                 "first_divergence": None if first is None else first.to_dict(), "summary": self.summary(),
                 "outputs": list(self.outputs), "notes": list(self.notes), "seconds": round(self.seconds, 3),
-                "ranked": [x.node for x in self.ranked()], "layers": [x.to_dict() for x in self.layers]}
+                "ranked": [x.candidate_node or x.node for x in self.ranked()], "layers": [x.to_dict() for x in self.layers]}
 
     def write_html(self, path: Any) -> None:
         from ..atomic import atomic_write
@@ -542,7 +542,8 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
             continue
         acc = found
         row = LayerDiff(t, node.name or t, node.op_type, depth, mapping[t], acc.cosine(), acc.snr_db(), acc.maxabs,
-                        acc.shape, added.get(node.name), candidate_node=made_by.get(mapping[t]))
+                        acc.shape, candidate_node=made_by.get(mapping[t]))
+        row.added_error = added.get(row.candidate_node or row.node, added.get(row.node))
         # what this layer itself did: its output's SNR below its inputs'
         row.snr_drop_db = upstream(node) - min(row.snr_db, SNR_CAP)
         snr_of[t] = min(row.snr_db, SNR_CAP)
@@ -563,15 +564,47 @@ def _added_errors(ref: Any, qdq: Optional[Any], feeds: Sequence[Feed], cfg: Diff
     from ..quantize.accuracy import ort_session
     from ..quantize.fallback import rank_layers
 
+    work = _working_reference(ref, qdq)
     dq_out = {o for n in qdq.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
-    ref_names = {n.name for n in ref.graph.node}
+    q_in = {n.input[0] for n in qdq.graph.node if n.op_type == "QuantizeLinear" and n.input}
+    ref_names = {n.name for n in work.graph.node}
+    # the quantized layers: weighted ops with Q/DQ inputs, and ops whose inputs and output are quantized
     layers = [n.name for n in qdq.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
-              and n.name in ref_names and any(i in dq_out for i in n.input)]
+              and n.name in ref_names and any(i in dq_out for i in n.input)
+              and (n.op_type in _WEIGHTED or (n.op_type in _INT8_OPS and any(o in q_in for o in n.output)))]
     if not layers:
         return {}
-    rows = rank_layers(ref, qdq, layers, list(feeds[:cfg.added_error_samples]),
+    rows = rank_layers(work, qdq, layers, list(feeds[:cfg.added_error_samples]),
                        lambda p: ort_session(p, cfg.threads))
     return {r["layer"]: float(r["added_error"]) for r in rows}
+
+
+_WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+#: ops with an int8 kernel of their own (ONNX Runtime's QLinear* ops) when their inputs and output are quantized;
+#: other ops between Q/DQ pairs (HardSwish, Resize, ...) run in float and are not layers
+_INT8_OPS = ("Add", "Mul", "Sigmoid", "LeakyRelu", "Concat", "AveragePool", "GlobalAveragePool", "Softmax")
+
+
+def _working_reference(ref: Any, qdq: Any) -> Any:
+    """The FP32 graph the quantizer worked on, rebuilt from ``ref`` the way ``sdk quantize``
+    prepares it: constants folded, the opset raised to the candidate's, BatchNormalization folded
+    into the convs when the candidate has none left; so each candidate layer has its FP32 twin."""
+    import onnx
+
+    from ..model import Model
+    from ..quantize.graph import fold_batchnorm
+
+    with tempfile.TemporaryDirectory(prefix="edgesdk-diff-") as tmp:
+        path = Path(tmp) / "ref.onnx"
+        onnx.save(ref, str(path))
+        m = Model.load(path).fold_constants()
+        want = next((o.version for o in qdq.opset_import if o.domain in ("", "ai.onnx")), None)
+        if want is not None and (m.opset or 0) < want:
+            m = m.with_opset(want)
+        work = m.proto
+    if not any(n.op_type == "BatchNormalization" for n in qdq.graph.node):
+        work, _ = fold_batchnorm(work)
+    return work
 
 
 def plant_scale_fault(qdq_path: Any, out_path: Any, node: Optional[str] = None, factor: float = 100.0) -> str:
