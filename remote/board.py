@@ -374,9 +374,11 @@ class Board:
         return result
 
     def infer(self, model: ModelLike, feeds_npz: Union[str, os.PathLike], *, target: Optional[str] = None,
-              target_options: Optional[Mapping[str, Any]] = None, timeout_s: float = 900.0) -> Dict[str, Any]:
+              target_options: Optional[Mapping[str, Any]] = None, timeout_s: float = 900.0,
+              compress: bool = False) -> Dict[str, Any]:
         """Run ``model`` on the board over the inputs in ``feeds_npz`` (one array per input
-        name); returns the outputs as a dict of NumPy arrays (name -> array)."""
+        name); returns the outputs as a dict of NumPy arrays (name -> array). ``compress``: the
+        board writes the outputs deflated (many or large outputs, e.g. exposed intermediate tensors)."""
         import numpy as np
 
         pushed = self.push(model)
@@ -387,7 +389,8 @@ class Board:
         self.agent("infer", {"model_path": self._abs(pushed.remote_path), "target": target,
                              "target_options": self.profile.runtime.target_options(target, target_options),
                              "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote,
-                             "cache_max_bytes": int(self.profile.connection.cache_max_mb * (1 << 20))},
+                             "cache_max_bytes": int(self.profile.connection.cache_max_mb * (1 << 20)),
+                             **({"compress": True} if compress else {})},
                    timeout_s=timeout_s)
         with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:
             local = Path(tmp) / "outputs.npz"

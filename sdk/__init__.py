@@ -42,6 +42,7 @@ _LAZY = {
     "validate": "sdk.validation",
     "load_spec": "sdk.spec",
     "compare_outputs": "sdk.metrics",
+    "check": "sdk.targets.capability",
     "errors": "sdk.errors",
     "EdgeSDKError": "sdk.errors",
     "Pipeline": "sdk.kernels.pipelines",

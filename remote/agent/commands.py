@@ -295,7 +295,7 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
     each output gets that leading axis too (``batched: true``); rows of a dynamic batch axis run
     in chunks and their outputs are concatenated; otherwise the file is one feed."""
     _check_keys(request, "infer", ("model_path", "target", "target_options", "precision", "workdir",
-                                   "inputs_npz", "outputs_npz", "cache_max_bytes"),
+                                   "inputs_npz", "outputs_npz", "cache_max_bytes", "compress"),
                 ("model_path", "inputs_npz", "outputs_npz"))
     _need_numpy("the board agent's infer")
     model = _model(request)
@@ -308,7 +308,7 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     with tgt.open(artifact) as session:
         outputs, n, stacked = _run_file(session, src)
-    _write_npz_atomic(dst, outputs)
+    _write_npz_atomic(dst, outputs, compress=bool(request.get("compress")))
     cache = None
     if request.get("cache_max_bytes") is not None:
         cache = trim_cache(src.parent, int(request["cache_max_bytes"]), keep=(src, dst))
@@ -348,12 +348,12 @@ def _run_file(session: Any, src: Path) -> Tuple[Dict[str, Any], int, bool]:
     return {k: np.stack(v) for k, v in collected.items()}, n, True
 
 
-def _write_npz_atomic(dst: Path, outputs: Mapping[str, Any]) -> None:
+def _write_npz_atomic(dst: Path, outputs: Mapping[str, Any], compress: bool = False) -> None:
     import numpy as np
 
     to_save: Dict[str, Any] = dict(outputs)
     with atomic_path(dst) as tmp, open(str(tmp), "wb") as f:
-        np.savez(f, **to_save)
+        (np.savez_compressed if compress else np.savez)(f, **to_save)
 
 
 def _touch(path: Path) -> None:

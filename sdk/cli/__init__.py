@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "sdk.cli.profile_cmds",  # profile
     "sdk.cli.convert_cmds",  # convert
     "sdk.cli.pipeline_run_cmds",  # pipeline run / quantize / glue
+    "sdk.cli.debug_cmds",    # check, debug diff, debug reduce
 ]
 
 EXIT_FAILED = 1   # the job ran and its verdict is negative (a check failed, a board failed)
@@ -207,6 +208,7 @@ def _run(argv: List[str], debug: bool) -> int:
         if debug:
             raise
         _common.error_line(exc)
+        _explain_refusal(exc, argv)
         return EXIT_ERROR
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -233,6 +235,22 @@ def _run(argv: List[str], debug: bool) -> int:
         _common.error_line(Exception(f"{type(exc).__name__}: {exc} (unexpected; run with --debug for the "
                                      "traceback, and please report it)"))
         return EXIT_ERROR
+
+
+def _explain_refusal(exc: BaseException, argv: List[str]) -> None:
+    """A target that refused to build or run a model: the ``sdk check`` / ``sdk debug reduce`` line
+    that names the node (stderr, after the error line)."""
+    from ..errors import BuildError, InferenceError
+
+    if not isinstance(exc, (BuildError, InferenceError)):
+        return
+    model = next((a for a in argv if a.endswith(".onnx") and not a.startswith("-")), None)
+    if model is None:
+        return
+    target = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-t", "--target")), "tensorrt")
+    pattern = str(getattr(exc, "message", exc)).split(":")[0][:40].replace("'", "")
+    sys.stderr.write(f"explain: sdk check {model} --target {target}   "
+                     f"(or: sdk debug reduce {model} --fails 'error:{pattern}@{target}')\n")
 
 
 def _usage_text(exc: Any) -> str:

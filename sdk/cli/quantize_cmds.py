@@ -1,6 +1,8 @@
 """``sdk quantize``: FP32 ONNX + calibration data -> INT8 QDQ ONNX for a target, with a report."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
@@ -125,6 +127,9 @@ def quantize_cmd(
     for f in result.failures:
         err_console().print(f"error: {f}", markup=False, highlight=False)
     if result.failures:
+        if eval_data and Path(output).is_file():  # the model was written: say which layer breaks it
+            err_console().print(f"explain: sdk debug diff {model} --against {output} --data {eval_data}",
+                                markup=False, highlight=False)
         raise typer.Exit(1)
 
 

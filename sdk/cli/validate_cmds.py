@@ -133,6 +133,11 @@ def validate_cmd(
     if json_path != "-":
         _print_summary(result)
         c = console()
+        for run in result.boards:  # an accuracy check failed: the command that finds the layer
+            if any(ch.verdict == "fail" and ch.name.startswith("accuracy.") for ch in run.checks):
+                ref = reference_model or model
+                c.print(f"explain: sdk debug diff {ref} --against {model} --board {run.board}"
+                        + (f" --data {data}" if data else ""), markup=False, highlight=False)
         for path, what in ((report, "HTML report"), (junit, "JUnit XML"), (json_path, "JSON")):
             if path:
                 c.print(f"wrote {what}: {path}")
