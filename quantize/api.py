@@ -305,8 +305,9 @@ class QuantizeConfig:
 
 def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
              output: Optional[Union[str, os.PathLike]] = None, **options: Any) -> QuantizeResult:
-    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX) for ``config.scheme`` (a scheme name:
-    onnxruntime, tensorrt, tflite) from ``calib`` (image folder + ``preprocess``, ``.npy``/``.npz``
+    """Quantize ``model`` (path or :class:`sdk.Model`, FP32 ONNX; a float ``.tflite`` goes through the
+    TFLite adapter, :mod:`sdk.quantize.tflite_model`) for ``config.scheme`` (a scheme name:
+    onnxruntime, tensorrt, tflite; ``output`` ending in ``.tflite``: a full-integer TFLite file) from ``calib`` (image folder + ``preprocess``, ``.npy``/``.npz``
     file or folder, or an iterable of feeds). ``options`` override fields of ``config``
     (:class:`QuantizeConfig`); ``output``: the INT8 ``.onnx``.
 

@@ -8,8 +8,10 @@ kernels), and writes the result (the same int8 pass that writes converted ONNX m
 streamed), the calibration methods (:mod:`.methods`, ``auto`` included) and the default budget
 (cosine 0.99 vs the float model on held-out data, or the task metric) are the core's.
 
-Not done for TFLite input yet (the ONNX path has them): the per-layer sensitivity ranking and the
-fallback search (16x8 first, then float), bias correction, and the XNNPACK speed plan. A budget that
+With held-out data the float fallback goes through the core's doubling/bisecting
+:func:`~.fallback.search_fallback`, layers ranked by the error each adds in the INT8 model (its output's
+relative error minus its inputs'). Not done for TFLite input yet (the ONNX path has them): the 16x8
+fallback step, the own-noise x gain ranking, bias correction and the XNNPACK speed plan. A budget that
 does not hold is reported as a failure; the model is still written.
 """
 from __future__ import annotations
