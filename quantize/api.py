@@ -345,9 +345,10 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
     run.finish_latency()
     res = run.result(time.perf_counter() - t_start)
     if output is not None:
-        fresh = cfg.stats_path is not None and not run.calib_info.get("reused")
+        # --stats always receives the statistics this run used (computed, or reused from the cache or
+        # from --stats itself), written with -o under one lock: the pair on disk is one run's
         _write_outputs(res, run.extras(), Path(output), cfg.report_path, cfg.trt_cache, cfg.trt_version,
-                       cfg.ranges_path, stats=(run.stats, Path(cfg.stats_path)) if fresh and cfg.stats_path else None,
+                       cfg.ranges_path, stats=(run.stats, Path(cfg.stats_path)) if cfg.stats_path else None,
                        stats_file=run.calib_info.get("statistics_file"), cfg=cfg)
     elif cfg.report_path is not None:
         _write_json(Path(cfg.report_path), res.report)

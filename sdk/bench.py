@@ -115,7 +115,7 @@ def measure_latency(
     """
     if warmup < 0 or min_runs < 1 or min_seconds < 0:
         raise InputError("warmup must be >= 0, runs >= 1 and min seconds >= 0")
-    if min_runs > MAX_RUNS or warmup > MAX_RUNS:
+    if min(min_runs, max_runs or min_runs) > MAX_RUNS or warmup > MAX_RUNS:   # what would run, not what was asked
         raise InputError(f"runs and warmup must be <= {MAX_RUNS:,} (a run keeps every sample)",
                          "measure longer with --min-seconds instead; a run stops at that many samples")
     if early_stop is not None:
