@@ -222,20 +222,9 @@ def _remedies(op: str, domain: str) -> List[str]:
     """What to do about a node the parser cannot turn into a TensorRT layer."""
     out = [f"a plugin: the parser looks up a TensorRT plugin registered under the op's name '{op}' "
            "(an IPluginV2DynamicExt/IPluginV3 creator); load its library before the build"]
-    decomp = DECOMPOSITIONS.get(op)
-    if decomp is not None and not domain:
-        out.append(f"a decomposition sdk can apply: {decomp}")
     out.append("run that part elsewhere: cut the model around the node (sdk debug reduce writes the subgraph) "
                "and run it on onnxruntime, the rest on TensorRT")
     return out
-
-
-#: ops with no TensorRT layer in some version that sdk rewrites into supported ops
-#: (:func:`sdk.debug.decompose.decompose`), and how
-DECOMPOSITIONS: Dict[str, str] = {
-    "Hardmax": "ArgMax + OneHot (`sdk debug decompose MODEL --op Hardmax`)",
-    "MatMulInteger": "Cast + Sub + MatMul in float, Cast back (exact below 2^24; `sdk debug decompose MODEL --op MatMulInteger`)",
-}
 
 
 # -- DLA ---------------------------------------------------------------------------------------
