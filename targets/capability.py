@@ -173,13 +173,14 @@ class CapabilityChecker:
         return ""
 
 
-#: Target family -> checker class (``"module:Class"`` until first use). The ONNX Runtime mobile
-#: execution providers (NNAPI/CoreML/XNNPACK) plug in here the same way.
+#: Target family -> checker class (``"module:Class"`` until first use); ``onnxruntime`` checks a
+#: mobile execution provider (``ep``: NNAPI/CoreML/XNNPACK, from onnxruntime's usability checker).
 CHECKERS: "Registry[type]" = Registry(
     "capability checker",
     {
         "tensorrt": "sdk.targets.tensorrt.capability:TensorRTChecker",
         "tflite": "sdk.targets.tflite.capability:TFLiteChecker",
+        "onnxruntime": "sdk.targets.onnxrt.capability:OrtMobileChecker",
     },
     aliases=TARGET_ALIASES, entry_points="edgesdk.capability_checkers", known_label="targets with a checker",
 )

