@@ -265,7 +265,13 @@ class QuantizeConfig:
     search_samples: Optional[int] = 16
     bias_correction: bool = True
     per_channel: bool = True
-    reduce_range: bool = False
+    #: None: 7-bit weights when the CPU the model is for needs them (the scheme's
+    #: :meth:`~sdk.quantize.schemes.base.Scheme.reduced_range_reason`), else 8-bit
+    reduce_range: Optional[bool] = None
+    #: the CPU the model is for: architecture (``x86_64``, ``aarch64``) and ``/proc/cpuinfo`` flags
+    #: (None: this host's)
+    cpu_arch: Optional[str] = None
+    cpu_flags: Optional[Sequence[str]] = None
     activation_dtype: Optional[str] = None
     exclude: Sequence[str] = ()
     workers: Optional[int] = None
@@ -332,8 +338,15 @@ class _Run:
         from .methods import get_method
 
         self.cfg = cfg
-        self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
+        self.cpu = _target_cpu(cfg)
+        self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=bool(cfg.reduce_range),
                                  activation_dtype=cfg.activation_dtype)
+        if cfg.reduce_range is None:
+            why = type(self.scheme).reduced_range_reason(self.cpu["arch"], frozenset(self.cpu["flags"]))
+            self.scheme.reduce_range = why is not None
+            self.cpu["reduce_range"] = why or "8-bit weights: this CPU's int8 kernels accumulate in 32 bits"
+        else:
+            self.cpu["reduce_range"] = f"{'7' if cfg.reduce_range else '8'}-bit weights, as asked"
         self.method = cfg.method or self.scheme.default_method
         get_method(self.method)  # unknown method: fail before any work
         from .executors import get_executor
@@ -566,6 +579,7 @@ class _Run:
                       "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0)},
             "target": self.scheme.name,
             "scheme": self.scheme.options(),
+            "cpu": {k: v for k, v in self.cpu.items() if k != "flags"},
             "method": {"name": self.method, "params": dict(cfg.method_params or {})},
             "calibration": {"samples": stats.samples, "time_s": round(self.calib_info["time_s"], 3),
                             "reused_statistics": self.calib_info["reused"], "tensors": len(stats.tensors),
@@ -602,6 +616,21 @@ class _Run:
             extras["ranges"] = export_ranges(self.qplan, self.ranges, self.qparams, self.builder.proto, self.scheme,
                                              all_ranges=self.ranges)
         return extras
+
+
+def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
+    """The CPU the model is for: ``{"arch", "flags", "source"}`` (this host unless the
+    config names one)."""
+    from ..hostinfo import cpu_flags
+
+    if cfg.cpu_arch is None and cfg.cpu_flags is None:
+        arch, flags = cpu_flags()
+        source = "this host (/proc/cpuinfo)"
+    else:
+        host_arch, _ = cpu_flags()
+        arch, flags = (cfg.cpu_arch or host_arch).lower(), frozenset(cfg.cpu_flags or ())
+        source = "given"
+    return {"arch": arch, "flags": sorted(flags), "source": source}
 
 
 def _budget(cfg: QuantizeConfig) -> Any:

@@ -44,7 +44,12 @@ def quantize_cmd(
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable)."),
     no_bias_correction: bool = typer.Option(False, "--no-bias-correction", help="Skip bias correction."),
     per_tensor: bool = typer.Option(False, "--per-tensor", help="Per-tensor weights instead of per-channel."),
-    reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights (x86 without VNNI, onnxruntime)."),
+    reduce_range: Optional[bool] = typer.Option(
+        None, "--reduce-range/--full-range", help="7-bit or 8-bit weights (default: 7-bit where the CPU the model "
+                                                  "is for needs them: x86 without VNNI with onnxruntime)."),
+    cpu: Optional[str] = typer.Option(
+        None, "--cpu", help="The CPU the model is for, ARCH:FLAG,FLAG,... as /proc/cpuinfo lists them "
+                            "(x86_64:avx2,fma); default: this host."),
     activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
     workers: Optional[int] = typer.Option(
@@ -80,6 +85,7 @@ def quantize_cmd(
     for path, opt in ((output, "--output"), (stats, "--stats"), (trt_cache, "--trt-cache"), (ranges, "--ranges"),
                       (report, "--report")):
         check_output(path, opt, stdout_ok=opt == "--report")     # before any work: no late failure
+    cpu_arch, cpu_flags = _parse_cpu(cpu)
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}
@@ -92,6 +98,7 @@ def quantize_cmd(
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
+        cpu_arch=cpu_arch, cpu_flags=cpu_flags,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
@@ -113,6 +120,18 @@ def quantize_cmd(
         raise typer.Exit(1)
 
 
+def _parse_cpu(text: Optional[str]) -> Tuple[Optional[str], Optional[List[str]]]:
+    """``ARCH:FLAG,FLAG`` -> (arch, flags); None -> this host (None, None)."""
+    from ..errors import InputError
+
+    if text is None:
+        return None, None
+    arch, sep, flags = text.partition(":")
+    if not arch.strip():
+        raise InputError(f"--cpu {text!r} names no architecture", "give ARCH:FLAG,FLAG, e.g. x86_64:avx2,fma")
+    return arch.strip(), [f.strip().lower() for f in flags.split(",") if f.strip()]
+
+
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     from ._common import console
 
@@ -124,6 +143,9 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
     if cal.get("skipped"):
         c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]")
+    cpu = rep.get("cpu") or {}
+    if cpu.get("reduce_range") and rep["scheme"].get("reduce_range"):
+        c.print(f"weights: 7-bit for the CPU the model is for ({cpu['arch']}, {cpu['source']}): {cpu['reduce_range']}")
     lay = rep["layers"]
     c.print(f"quantized {lay['quantized']} of {lay['quantizable']} layers, {lay['activations_with_qdq']} activations, "
             f"{lay['weights']} of {lay['weights_total']} weights; bias correction on "
