@@ -23,6 +23,23 @@ def fetched():
     return corpus.fetch(list(BUDGET))
 
 
+#: the detectors' metric sets below (n, seed): FP32 must find enough boxes there that one box
+#: crossing a threshold moves mAP by a few percent (nudenet on the bare photos: 8 boxes on 24, one
+#: box = 12%, and a CI run's 0.767)
+DETECTOR_SETS = [(12, 1), (16, 1), (24, 2)]
+MIN_BOXES = 30
+
+
+@pytest.mark.parametrize("name", [n for n in BUDGET if corpus.get(n).task.endswith("-detect")])
+def test_detector_metric_sets_hold_enough_boxes(fetched, name):
+    from sdk.corpus.tasks import task_of
+
+    task = task_of(corpus.get(name))
+    for n, seed in DETECTOR_SETS:
+        boxes = sum(len(task.decode(r)) for r in run_reference(str(fetched[name]), corpus.sample_inputs(name, n, seed=seed)))
+        assert boxes >= MIN_BOXES, (name, n, seed, boxes)
+
+
 @pytest.mark.parametrize("name", list(BUDGET))
 def test_corpus_model_default_quantization(fetched, name, tmp_path):
     src = fetched[name]
