@@ -274,6 +274,8 @@ class QuantizeConfig:
     cpu_flags: Optional[Sequence[str]] = None
     activation_dtype: Optional[str] = None
     exclude: Sequence[str] = ()
+    #: output name -> role (:data:`sdk.quantize.roles.ROLES`), over the one recognised from the outputs
+    output_roles: Optional[Mapping[str, str]] = None
     workers: Optional[int] = None
     executor: Any = None
     executor_options: Optional[Mapping[str, Any]] = None
@@ -287,6 +289,11 @@ class QuantizeConfig:
     ranges_path: Optional[Union[str, os.PathLike]] = None
     speed_check: bool = True
     allow_slower: bool = False
+    #: without ``eval_data``: hold out the last 20% (at least 8) of the calibration samples, never used
+    #: for ranges, and check the default budget on them (:mod:`sdk.quantize.guard`)
+    guard: bool = True
+    #: a run whose accuracy could not be checked (too few samples to hold out) is a failure
+    strict: bool = False
     progress: Optional[ProgressFn] = None
 
 
@@ -362,6 +369,8 @@ class _Run:
         self.accuracy_report: Optional[Dict[str, Any]] = None
         self.sensitivity: Optional[List[Dict[str, Any]]] = None
         self.feed: Optional[Dict[str, np.ndarray]] = None
+        self.held_out: Any = None                       # the guard's held-out calibration samples
+        self.budget_report: Optional[Dict[str, Any]] = None
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
@@ -379,6 +388,8 @@ class _Run:
 
         cfg = self.cfg
         self.source = open_source(calib, self.prepared.inputs, cfg.preprocess, limit=cfg.calib_limit)
+        if cfg.eval_data is None and cfg.budget and cfg.guard:
+            self._hold_out()
         self.stats, self.calib_info = load_or_calibrate(
             self.prepared, self.source, stats_path=cfg.stats_path, use_cache=cfg.use_cache, workers=cfg.workers,
             batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor)
@@ -389,6 +400,24 @@ class _Run:
         for w in source_warnings[:5]:
             warnings.warn(w, stacklevel=2)
         self.warnings = source_warnings + self.warnings
+
+    def _hold_out(self) -> None:
+        """The guard: the calibration data's last part held out for the default budget, or the
+        reason it cannot be (one warning line; ``budget.checked`` false; a failure under ``strict``)."""
+        from .guard import MIN_HELD_OUT, split
+
+        head, held, why = split(self.source)
+        if held is None:
+            msg = f"accuracy was not checked: {why}; pass --eval with held-out data"
+            self.warnings.append(msg)
+            warnings.warn(msg, stacklevel=3)
+            self.budget_report = {"checked": False, "why": why, "holds": None}
+            if self.cfg.strict:
+                self.failures.append(msg)
+            return
+        self.source, self.held_out = head, held
+        self.budget = _budget(self.cfg, held_out=True)
+        assert len(held) >= MIN_HELD_OUT
 
     def plan(self) -> None:
         from .graph import GraphIndex, fold_batchnorm
@@ -460,21 +489,23 @@ class _Run:
         from .accuracy import evaluate, ort_session
 
         cfg = self.cfg
-        if cfg.eval_data is None:
+        if cfg.eval_data is None and self.held_out is None:
             return
         self.ref_sess = ort_session(self.work)
-        eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess)
+        eval_src = self.held_out if cfg.eval_data is None else \
+            _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess)
         eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
 
         ref_cache: Dict[Optional[int], List[Dict[str, np.ndarray]]] = {}
         metric = cfg.task_metric if callable(cfg.task_metric) else None  # names are resolved in quantize()
+        roles = self._roles(eval_src)
 
         def run_eval(qproto: Any, limit: Optional[int] = None) -> Dict[str, Any]:
             """INT8 against FP32 on the held-out data (its first ``limit`` samples)."""
             samples = eval_src.samples() if limit is None else itertools.islice(eval_src.samples(), limit)
             return evaluate(self.ref_sess, ort_session(qproto),
                             _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
-                            task_metric=metric)
+                            task_metric=metric, roles=roles)
 
         result = run_eval(self.qproto)
         needs_fallback = self.budget.active and not self.budget.holds(result)
@@ -486,10 +517,23 @@ class _Run:
                               "min_task_metric": self.budget.min_task_metric,
                               "min_top1_agreement": self.budget.min_top1_agreement,
                               "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
+                              "checked": True, "checked_on": _checked_on(self.held_out, result["samples"]),
+                              "by_role": self.budget.by_role,
+                              "roles": {k: r.describe() for k, r in roles.items()},
                               "holds": holds}
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
+
+    def _roles(self, eval_src: Any) -> Dict[str, Any]:
+        """Each output's role (:mod:`sdk.quantize.roles`) from FP32's outputs on the first held-out
+        samples, the graph's hints (a Log output) and ``--output-role``."""
+        from .graph import output_hints
+        from .roles import infer_roles
+
+        names = [o.name for o in self.ref_sess.get_outputs()]
+        ref = [dict(zip(names, self.ref_sess.run(names, dict(feed)))) for feed, _ in _take(eval_src.samples(), 4)]
+        return infer_roles(names, ref, output_hints(self.work), self.cfg.output_roles)
 
     def _fallback(self, eval_src: Any, run_eval: Callable[..., Dict[str, Any]], result: Dict[str, Any],
                   needs_fallback: bool) -> Dict[str, Any]:
@@ -599,7 +643,7 @@ class _Run:
             "failures": self.failures,
             "time_s": round(elapsed_s, 3),
         }
-        if self.accuracy_report is not None:
+        if self.budget_report is not None:
             report["budget"] = self.budget_report
             if self.fallback:
                 report["fallback_evaluations"] = getattr(self, "fallback_evaluations", None)
@@ -633,7 +677,13 @@ def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
     return {"arch": arch, "flags": sorted(flags), "source": source}
 
 
-def _budget(cfg: QuantizeConfig) -> Any:
+def _checked_on(held_out: Any, samples: int) -> str:
+    if held_out is None:
+        return f"{samples} --eval samples"
+    return f"{samples} held-out calibration samples (the last ones, never used for ranges)"
+
+
+def _budget(cfg: QuantizeConfig, held_out: bool = False) -> Any:
     """The budget asked for; with held-out data and none asked for, the default: every float output's
     cosine >= :data:`DEFAULT_MIN_COSINE` and, for a classifier (or a recognizer's per-position class
     distributions), top-1 agreement >= :data:`DEFAULT_MIN_TOP1`."""
@@ -642,9 +692,11 @@ def _budget(cfg: QuantizeConfig) -> Any:
     min_cos, min_task, min_top1 = cfg.min_cosine, cfg.min_task_metric, None
     if cfg.task_metric is not None and min_task is None and cfg.budget:
         min_task = DEFAULT_MIN_TASK_METRIC
-    if cfg.eval_data is not None and cfg.budget and cfg.max_drop is None and min_cos is None and min_task is None:
-        min_cos, min_top1 = DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1
-    return Budget(cfg.max_drop, min_cos, min_task, min_top1)
+    by_role = False
+    if (cfg.eval_data is not None or held_out) and cfg.budget and cfg.max_drop is None and min_cos is None \
+            and min_task is None:
+        min_cos, min_top1, by_role = DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1, True
+    return Budget(cfg.max_drop, min_cos, min_task, min_top1, by_role)
 
 
 #: a Concat whose inputs' ranges differ more than this stays float (its one output scale would crush

@@ -35,7 +35,14 @@ def quantize_cmd(
                                     "or FILE.py:FUNCTION (reference, candidate) -> float; replaces the cosine default."),
     min_task_metric: Optional[float] = typer.Option(
         None, "--min-task-metric", help="Least task metric vs FP32 for --task-metric (default 0.99)."),
-    no_budget: bool = typer.Option(False, "--no-budget", help="With --eval: report accuracy, keep every layer in INT8."),
+    no_budget: bool = typer.Option(
+        False, "--no-budget", help="Keep every layer in INT8; with --eval report accuracy, without it check nothing."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when accuracy could not be checked (no --eval and too few calibration "
+                                "samples to hold out 8)."),
+    output_role: Optional[List[str]] = typer.Option(
+        None, "--output-role", help="NAME=ROLE: how the default budget judges an output (detections, scores, mask, "
+                                    "classes, log, embedding, cosine), over the role recognised (repeatable)."),
     allow_slower: bool = typer.Option(
         False, "--allow-slower", help="Accept an INT8 model slower than FP32 on this host (else exit 1)."),
     no_speed_check: bool = typer.Option(
@@ -86,6 +93,9 @@ def quantize_cmd(
                       (report, "--report")):
         check_output(path, opt, stdout_ok=opt == "--report")     # before any work: no late failure
     cpu_arch, cpu_flags = _parse_cpu(cpu)
+    from ..quantize.roles import parse_output_roles
+
+    roles = parse_output_roles(output_role or [])
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}
@@ -98,7 +108,7 @@ def quantize_cmd(
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
-        cpu_arch=cpu_arch, cpu_flags=cpu_flags,
+        cpu_arch=cpu_arch, cpu_flags=cpu_flags, strict=strict, output_roles=roles or None,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
@@ -153,9 +163,14 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     for w in rep["warnings"]:
         c.print(f"[yellow]warning:[/yellow] {w}", markup=True)
     acc = rep.get("accuracy")
+    bud = rep.get("budget") or {}
+    if bud.get("checked"):
+        c.print(f"budget checked on {bud['checked_on']}: {'holds' if bud['holds'] else 'does not hold' if bud['holds'] is False else 'none asked'}")
     if acc:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
+            if "role" in m:
+                extra += f"; role {m['role']}: {m['role_metric']} {m['role_score']:.4f} (min {m['role_min']:g})"
             if "element_agreement" in m:
                 extra += f", equal elements {100 * m['element_agreement']:.1f}%"
             c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")
