@@ -288,6 +288,8 @@ class QuantizeConfig:
     trt_version: Optional[str] = None
     ranges_path: Optional[Union[str, os.PathLike]] = None
     speed_check: bool = True
+    #: intra-op threads of the speed check's sessions (None: onnxruntime's default, as ``sdk bench``)
+    speed_threads: Optional[int] = None
     allow_slower: bool = False
     #: without ``eval_data``: hold out the last 20% (at least 8) of the calibration samples, never used
     #: for ranges, and check the default budget on them (:mod:`sdk.quantize.guard`)
@@ -464,7 +466,8 @@ class _Run:
         if not self.cfg.speed_check or not self.scheme.host_runtime:
             return
         feed = self._first_feed()
-        fp32_ms, all_ms = latencies_ms([self.prepared.proto, self.qproto], feed, rounds=5)
+        fp32_ms, all_ms = latencies_ms([self.prepared.proto, self.qproto], feed, rounds=5,
+                                       threads=self.cfg.speed_threads)
         self.speed_search: Dict[str, Any] = {"fp32_ms": fp32_ms, "variants": {"all": all_ms}, "chosen": "all"}
         self.measured = (self.qproto, fp32_ms, all_ms)
         if fp32_ms >= all_ms * SEARCH_BELOW_SPEEDUP:
@@ -475,7 +478,8 @@ class _Run:
             if p.layers:
                 built.append((label, scheme, q, p, qp))
         # borderline: longer interleaved rounds (a 0.04 s round on a shared 2-core host swings by 20%)
-        ms = latencies_ms([self.prepared.proto] + [b[2] for b in built], feed, rounds=9, round_s=0.1)
+        ms = latencies_ms([self.prepared.proto] + [b[2] for b in built], feed, rounds=9, round_s=0.1,
+                          threads=self.cfg.speed_threads)
         best = min(range(len(built)), key=lambda i: ms[i + 1])
         label, scheme, self.qproto, self.qplan, self.qparams = built[best]
         self.builder.scheme = self.scheme = scheme
@@ -591,23 +595,29 @@ class _Run:
         return res
 
     def finish_latency(self) -> None:
-        from .speed import SLOWER_TOLERANCE, latencies_ms
+        from .speed import GRAPH_OPTIMIZATION, PROVIDER, SLOWER_TOLERANCE, bench_command, latency_rounds, speedup_interval
 
         if not self.qplan.layers:
             self.failures.append("nothing is quantized: every layer is kept in float"
                                  + (" to hold the accuracy budget" if self.fallback else ""))
         if not self.cfg.speed_check or not self.scheme.host_runtime:
             return
-        measured = getattr(self, "measured", None)
-        if measured is not None and measured[0] is self.qproto:  # timed side by side already
-            fp32_ms, int8_ms = measured[1], measured[2]
-        else:
-            fp32_ms, int8_ms = latencies_ms([self.prepared.proto, self.qproto], self._first_feed())
+        # the written model timed against FP32 once more, interleaved, as `sdk bench` opens them (same
+        # provider, session options, threads, shapes): the figures the report and the verdict give
+        threads = self.cfg.speed_threads
+        rounds = latency_rounds([self.prepared.proto, self.qproto], self._first_feed(), rounds=9, round_s=0.1,
+                                threads=threads)
+        fp32_ms, int8_ms = float(np.median(rounds[0])), float(np.median(rounds[1]))
         search = getattr(self, "speed_search", None)
-        self.latency = {"runtime": "onnxruntime CPU (this host)", "input_shapes": {k: list(v.shape) for k, v in
-                                                                                   self._first_feed().items()},
+        shapes = {k: list(v.shape) for k, v in self._first_feed().items()}
+        self.latency = {"runtime": "onnxruntime CPU (this host)", "provider": PROVIDER,
+                        "graph_optimization": GRAPH_OPTIMIZATION,
+                        "threads": threads if threads else f"onnxruntime default ({os.cpu_count()} logical cores)",
+                        "input_shapes": shapes, "rounds": len(rounds[0]),
                         "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
                         "speedup": round(fp32_ms / int8_ms, 3) if int8_ms > 0 else None,
+                        "speedup_ci95": speedup_interval(rounds),
+                        "bench_command": bench_command("MODEL.onnx", threads, shapes),
                         "search": search}
         if self.qplan.layers and int8_ms > fp32_ms * (1.0 + SLOWER_TOLERANCE) and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"

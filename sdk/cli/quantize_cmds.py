@@ -45,6 +45,9 @@ def quantize_cmd(
                                     "classes, log, embedding, cosine), over the role recognised (repeatable)."),
     allow_slower: bool = typer.Option(
         False, "--allow-slower", help="Accept an INT8 model slower than FP32 on this host (else exit 1)."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, help="Intra-op threads of the speed check (default: onnxruntime's, as sdk bench); "
+                                       "time it as you will run it."),
     no_speed_check: bool = typer.Option(
         False, "--no-speed-check", help="Do not time FP32 vs INT8 on this host (onnxruntime target)."),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="Measure per-layer sensitivity (needs --eval)."),
@@ -112,7 +115,7 @@ def quantize_cmd(
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
-        ranges_path=ranges, speed_check=not no_speed_check, allow_slower=allow_slower, progress=progress_cb)
+        ranges_path=ranges, speed_check=not no_speed_check, speed_threads=threads, allow_slower=allow_slower, progress=progress_cb)
     try:
         with warnings.catch_warnings():  # the report's warnings are printed below, once
             warnings.simplefilter("ignore", UserWarning)
@@ -186,8 +189,10 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
     lat = rep.get("latency")
     if lat:
-        c.print(f"latency on this host ({lat['runtime']}): FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms "
-                f"({lat['speedup']:.2f}x)")
+        ci = lat.get("speedup_ci95")
+        c.print(f"latency on this host ({lat['runtime']}, threads {lat.get('threads')}, shapes {lat['input_shapes']}): "
+                f"FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms ({lat['speedup']:.2f}x"
+                + (f", 95% interval {ci[0]:.2f}-{ci[1]:.2f}x" if ci else "") + ")", markup=False, highlight=False)
     for kind, path in rep.get("outputs", {}).items():
         c.print(f"wrote {kind}: {path}")
     if report:
