@@ -227,9 +227,40 @@ class Detections(Role):
         """Per image (each batch split), its detections ``[x1, y1, x2, y2, score, class]``."""
         return [self._dets(o[j:j + 1], conf) for o in outputs for j in range(np.shape(o)[0])]
 
+    def _anchor_map(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        """:func:`box_map` where each anchor is its own box, vectorised: a candidate anchor is a hit
+        when FP32 detects that same anchor with the same class."""
+        from ..corpus.tasks import _average_precision
+
+        def best(o: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            pred = _f64(o).reshape(-1, *np.shape(o)[-2:])
+            if self.params.get("layout", "channels") == "channels":
+                pred = np.swapaxes(pred, 1, 2)
+            scores = pred[:, :, self.params.get("first_score", 4):].reshape(-1, pred.shape[2] - self.params.get("first_score", 4))
+            cls = scores.argmax(1)
+            return scores[np.arange(len(cls)), cls], cls
+
+        rs, rc = zip(*(best(r) for r in reference))
+        cs, cc = zip(*(best(c) for c in candidate))
+        r_s, r_c, c_s, c_c = (np.concatenate(x) for x in (rs, rc, cs, cc))
+        truth = r_s >= self.CONF
+        if not truth.any():
+            return 1.0 if not (c_s >= self.CONF).any() else 0.0
+        ranked = c_s >= self.CONF / 10
+        aps = []
+        for k in np.unique(r_c[truth]):
+            mine = ranked & (c_c == k)
+            hits = (truth & (r_c == k))[mine]
+            aps.append(_average_precision(c_s[mine], hits.astype(float), int(np.sum(truth & (r_c == k))))
+                       if mine.any() else 0.0)
+        return float(np.mean(aps))
+
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
         from ..corpus.tasks import box_map
 
+        if self.params.get("boxes", "xywh") != "xywh" and all(np.shape(r) == np.shape(c)
+                                                              for r, c in zip(reference, candidate)):
+            return self._anchor_map(reference, candidate)
         ref = self.detections(reference, self.CONF)
         if not any(len(r) for r in ref):  # nothing to match: the candidate must find nothing either
             cand = self.detections(candidate, self.CONF)

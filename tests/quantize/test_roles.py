@@ -104,3 +104,16 @@ def test_output_role_option_parsing():
         parse_output_roles(["mask"])
     with pytest.raises(InputError, match="unknown output role"):
         parse_output_roles(["out=boxes!"])
+
+
+@pytest.mark.parametrize("layout, shape", [("anchors", (1, 900, 6)), ("channels", (1, 6, 900))])
+def test_anchor_detections_fast_path_is_box_map(layout, shape):
+    """Anchors as their own boxes: the vectorised mAP equals the corpus's box_map on those boxes."""
+    from sdk.corpus.tasks import box_map
+
+    rng = np.random.default_rng(0)
+    ref = [rng.uniform(0, 0.4, shape) for _ in range(3)]
+    cand = [r + rng.normal(0, 0.05, shape) for r in ref]
+    role = get_role("detections", layout=layout, boxes="anchor")
+    want = box_map(role.detections(ref, role.CONF), role.detections(cand, role.CONF / 10))
+    assert role.score(ref, cand) == pytest.approx(want, abs=1e-9) and 0.5 < want < 1.0
