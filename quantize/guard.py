@@ -73,6 +73,12 @@ def split(source: Any) -> Tuple[Any, Optional[Any], Optional[str]]:
         return source, None, "the calibration data cannot be cut"
     head = copy.copy(source)
     head.limit = keep if source.limit is None else min(source.limit, keep)
+    from ..sources import ImageFolderSource
+
+    if isinstance(source, ImageFolderSource) and len(source.files) == n:
+        # one sample per file (an image folder): cut the files too, so an executor that ships each
+        # shard its own files (Ray: the limit is per shard there) reads none of the held-out ones
+        head.files = list(source.files[:keep])
     head.fingerprint = functools.partial(_fingerprint, source.fingerprint() if hasattr(source, "fingerprint") else None,
                                          keep)
     return head, _Tail(source, keep, held), None
