@@ -109,16 +109,17 @@ def test_default_budget_fails_wherever_the_task_metric_fails(fetched, name, vari
 
 @pytest.mark.parametrize("name", list(BUDGET))
 def test_corpus_model_calib_only_is_guarded(fetched, name, tmp_path):
-    """No flag beyond the calibration data (issue 21, goal 1): the guard holds out the last 8 of 40
+    """No flag beyond the calibration data (issue 21, goal 1): the guard holds out the last 16 of 80
     samples and checks the default budget there; the task metric on inputs used neither for ranges
-    nor for the guard stays within the issue's budget."""
+    nor for the guard stays within the issue's budget. (8 held out of 40 were too few for nudenet:
+    its ~25 boxes there all held while 24 unseen mosaics gave mAP 0.909.)"""
     src = fetched[name]
     out = tmp_path / "q.onnx"
-    res = quantize(src, corpus.sample_inputs(name, 40, seed=0), output=out, workers=1, use_cache=False,
+    res = quantize(src, corpus.sample_inputs(name, 80, seed=0), output=out, workers=1, use_cache=False,
                    speed_check=False)
     b = res.report["budget"]
-    assert b["checked"] is True and b["default"] is True and "8 held-out calibration samples" in b["checked_on"]
-    assert res.report["calibration"]["samples"] == 32 and b["holds"] is True, res.failures
+    assert b["checked"] is True and b["default"] is True and "16 held-out calibration samples" in b["checked_on"]
+    assert res.report["calibration"]["samples"] == 64 and b["holds"] is True, res.failures
     unseen = corpus.sample_inputs(name, 24, seed=2)
     ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
     assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
