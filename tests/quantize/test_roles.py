@@ -37,13 +37,13 @@ def test_roles_recognised_from_shapes_and_values():
             "feat": rng.normal(0, 1, (1, 16, 8, 8)).astype(np.float32)} for _ in range(3)]
     roles = infer_roles(list(ref[0]), ref)
     got = {k: r.name for k, r in roles.items()}
-    assert got == {"yolo": "detections", "yolo_t": "detections", "raw": "detections", "heads": "scores",
+    assert got == {"yolo": "detections", "yolo_t": "detections", "raw": "detections", "heads": "cosine",
                    "mask": "mask", "logits": "classes", "emb": "embedding", "ctc": "classes", "feat": "cosine"}
     assert roles["yolo"].params == {"layout": "channels", "boxes": "xywh"}
     assert roles["yolo_t"].params["layout"] == "anchors"
     assert roles["raw"].params["boxes"] == "anchor"        # log sizes, grid offsets: each anchor its own box
-    over = infer_roles(list(ref[0]), ref, overrides={"feat": "embedding", "yolo": "cosine"})
-    assert over["feat"].name == "embedding" and over["yolo"].name == "cosine"
+    over = infer_roles(list(ref[0]), ref, overrides={"feat": "embedding", "yolo": "cosine", "heads": "scores"})
+    assert over["feat"].name == "embedding" and over["yolo"].name == "cosine" and over["heads"].name == "scores"
     with pytest.raises(InputError, match="names no output"):
         infer_roles(list(ref[0]), ref, overrides={"nope": "mask"})
 
