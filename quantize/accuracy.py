@@ -89,7 +89,8 @@ def _distributions(x: np.ndarray) -> bool:
 
 def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], List[Any], int]],
              label_output: Optional[str] = None, ref_cache: Optional[List[Dict[str, np.ndarray]]] = None,
-             task_metric: Optional[Callable[[Any, Any], float]] = None) -> Dict[str, Any]:
+             task_metric: Optional[Callable[[Any, Any], float]] = None,
+             roles: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Run both sessions on every batch; returns ``{"samples", "outputs": {name: metrics},
     "task": {"metric": "top1_accuracy", "fp32", "int8", "drop_points"} (when labels)}``.
     ``ref_cache``: a list the FP32 outputs are kept in (batch by batch) on the first call and read
@@ -110,7 +111,7 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
             if ref_cache is not None:
                 ref_cache.append(ref)
         out = dict(zip(names, q_sess.run(names, feed)))
-        if task_metric is not None:
+        if task_metric is not None or roles:
             refs.append([ref[k] for k in names])
             cands.append([out[k] for k in names])
         for k in names:
@@ -119,6 +120,12 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         _count_labels(labels, ref[label_output], out[label_output], counts)
     correct_ref, correct_q, labelled = counts
     result: Dict[str, Any] = {"samples": samples, "outputs": {k: a.result() for k, a in acc.items()}}
+    for i, k in enumerate(names):
+        role = (roles or {}).get(k)
+        if role is not None:   # what the task reads from this output (sdk.quantize.roles)
+            score = role.score([r[i] for r in refs], [c[i] for c in cands])
+            result["outputs"][k].update({"role": role.name, "role_metric": role.metric, "role_score": score,
+                                         "role_min": role.min_score})
     if task_metric is not None:
         result["task_metric"] = float(task_metric(refs, cands))
     if labelled:
@@ -151,13 +158,17 @@ class Budget:
     #: the first output's top-1 agreement with FP32, when it is a classifier's ``[N, classes]`` or a
     #: sequence of class distributions ``[N, T, classes]`` (per position)
     min_top1_agreement: Optional[float] = None
+    #: every output judged by its role (:mod:`sdk.quantize.roles`: detections by box mAP, masks by IoU,
+    #: ...) against the role's bound; ``min_cosine`` then bounds only the outputs of the ``cosine`` role
+    by_role: bool = False
 
     def describe(self) -> str:
         parts = ([f"max drop {self.max_drop:g} points"] if self.max_drop is not None else []) + \
             ([f"min cosine {self.min_cosine:g}"] if self.min_cosine is not None else []) + \
             ([f"task metric >= {self.min_task_metric:g}"] if self.min_task_metric is not None else []) + \
             ([f"classifier top-1 agreement >= {self.min_top1_agreement:g}"]
-             if self.min_top1_agreement is not None else [])
+             if self.min_top1_agreement is not None else []) + \
+            (["each output by its role"] if self.by_role else [])
         return ", ".join(parts) or "none"
 
     @property
@@ -173,8 +184,14 @@ class Budget:
             agree = [o.get("top1_agreement") for o in result["outputs"].values() if "top1_agreement" in o]
             if agree and 100.0 * (1.0 - min(agree)) > self.max_drop:
                 return False
-        if self.min_cosine is not None and any(_similarity(o) < self.min_cosine for o in result["outputs"].values()):
-            return False
+        for o in result["outputs"].values():
+            if self.by_role and "role_score" in o:
+                if o["role_score"] < o["role_min"]:
+                    return False
+                if o["role"] != "cosine":
+                    continue                 # judged by what the task reads, not by its cosine
+            if self.min_cosine is not None and _similarity(o) < self.min_cosine:
+                return False
         if self.min_task_metric is not None and result.get("task_metric", 1.0) < self.min_task_metric:
             return False
         first: Mapping[str, Any] = next(iter(result["outputs"].values()), {})

@@ -282,9 +282,17 @@ class QuantizeConfig:
     search_samples: Optional[int] = 16
     bias_correction: bool = True
     per_channel: bool = True
-    reduce_range: bool = False
+    #: None: 7-bit weights when the CPU the model is for needs them (the scheme's
+    #: :meth:`~sdk.quantize.schemes.base.Scheme.reduced_range_reason`), else 8-bit
+    reduce_range: Optional[bool] = None
+    #: the CPU the model is for: architecture (``x86_64``, ``aarch64``) and ``/proc/cpuinfo`` flags
+    #: (None: this host's)
+    cpu_arch: Optional[str] = None
+    cpu_flags: Optional[Sequence[str]] = None
     activation_dtype: Optional[str] = None
     exclude: Sequence[str] = ()
+    #: output name -> role (:data:`sdk.quantize.roles.ROLES`), over the one recognised from the outputs
+    output_roles: Optional[Mapping[str, str]] = None
     workers: Optional[int] = None
     executor: Any = None
     executor_options: Optional[Mapping[str, Any]] = None
@@ -297,7 +305,14 @@ class QuantizeConfig:
     trt_version: Optional[str] = None
     ranges_path: Optional[Union[str, os.PathLike]] = None
     speed_check: bool = True
+    #: intra-op threads of the speed check's sessions (None: onnxruntime's default, as ``sdk bench``)
+    speed_threads: Optional[int] = None
     allow_slower: bool = False
+    #: without ``eval_data``: hold out the last 20% (at least 8) of the calibration samples, never used
+    #: for ranges, and check the default budget on them (:mod:`sdk.quantize.guard`)
+    guard: bool = True
+    #: a run whose accuracy could not be checked (too few samples to hold out) is a failure
+    strict: bool = False
     progress: Optional[ProgressFn] = None
     #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
     tflite_io: str = "float"
@@ -363,8 +378,15 @@ class _Run:
 
         self.cfg = cfg
         self.defer_stats = False       # True: --stats is written with -o at the end (one set, one lock)
-        self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
+        self.cpu = _target_cpu(cfg)
+        self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=bool(cfg.reduce_range),
                                  activation_dtype=cfg.activation_dtype)
+        if cfg.reduce_range is None:
+            why = type(self.scheme).reduced_range_reason(self.cpu["arch"], frozenset(self.cpu["flags"]))
+            self.scheme.reduce_range = why is not None
+            self.cpu["reduce_range"] = why or "8-bit weights: this CPU's int8 kernels accumulate in 32 bits"
+        else:
+            self.cpu["reduce_range"] = f"{'7' if cfg.reduce_range else '8'}-bit weights, as asked"
         self.method = cfg.method or self.scheme.default_method
         get_method(self.method)  # unknown method: fail before any work
         from .executors import get_executor
@@ -380,6 +402,8 @@ class _Run:
         self.accuracy_report: Optional[Dict[str, Any]] = None
         self.sensitivity: Optional[List[Dict[str, Any]]] = None
         self.feed: Optional[Dict[str, np.ndarray]] = None
+        self.held_out: Any = None                       # the guard's held-out calibration samples
+        self.budget_report: Optional[Dict[str, Any]] = None
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
@@ -401,6 +425,8 @@ class _Run:
         values = as_values(cfg.input_values, self.prepared.inputs)
         self.source = open_source(calib, self.prepared.inputs, cfg.preprocess, limit=cfg.calib_limit,
                                   values=values, sample_axes=cfg.sample_axes)
+        if cfg.eval_data is None and cfg.budget and cfg.guard:
+            self._hold_out()
         self.stats, self.calib_info = load_or_calibrate(
             self.prepared, self.source, stats_path=cfg.stats_path, use_cache=cfg.use_cache, workers=cfg.workers,
             batch_size=cfg.batch_size, progress=cfg.progress, executor=self.executor,
@@ -412,6 +438,24 @@ class _Run:
         for w in source_warnings[:5]:
             warnings.warn(w, stacklevel=2)
         self.warnings = source_warnings + self.warnings
+
+    def _hold_out(self) -> None:
+        """The guard: the calibration data's last part held out for the default budget, or the
+        reason it cannot be (one warning line; ``budget.checked`` false; a failure under ``strict``)."""
+        from .guard import MIN_HELD_OUT, split
+
+        head, held, why = split(self.source)
+        if held is None:
+            msg = f"accuracy was not checked: {why}; pass --eval with held-out data"
+            self.warnings.append(msg)
+            warnings.warn(msg, stacklevel=3)
+            self.budget_report = {"checked": False, "why": why, "holds": None}
+            if self.cfg.strict:
+                self.failures.append(msg)
+            return
+        self.source, self.held_out = head, held
+        self.budget = _budget(self.cfg, held_out=True)
+        assert len(held) >= MIN_HELD_OUT
 
     def plan(self) -> None:
         from .graph import GraphIndex, fold_batchnorm
@@ -458,7 +502,8 @@ class _Run:
         if not self.cfg.speed_check or not self.scheme.host_runtime:
             return
         feed = self._first_feed()
-        fp32_ms, all_ms = latencies_ms([self.prepared.proto, self.qproto], feed, rounds=5)
+        fp32_ms, all_ms = latencies_ms([self.prepared.proto, self.qproto], feed, rounds=5,
+                                       threads=self.cfg.speed_threads)
         self.speed_search: Dict[str, Any] = {"fp32_ms": fp32_ms, "variants": {"all": all_ms}, "chosen": "all"}
         self.measured = (self.qproto, fp32_ms, all_ms)
         if fp32_ms >= all_ms * SEARCH_BELOW_SPEEDUP:
@@ -469,7 +514,8 @@ class _Run:
             if p.layers:
                 built.append((label, scheme, q, p, qp))
         # borderline: longer interleaved rounds (a 0.04 s round on a shared 2-core host swings by 20%)
-        ms = latencies_ms([self.prepared.proto] + [b[2] for b in built], feed, rounds=9, round_s=0.1)
+        ms = latencies_ms([self.prepared.proto] + [b[2] for b in built], feed, rounds=9, round_s=0.1,
+                          threads=self.cfg.speed_threads)
         best = min(range(len(built)), key=lambda i: ms[i + 1])
         label, scheme, self.qproto, self.qplan, self.qparams = built[best]
         self.builder.scheme = self.scheme = scheme
@@ -483,21 +529,23 @@ class _Run:
         from .accuracy import evaluate, ort_session
 
         cfg = self.cfg
-        if cfg.eval_data is None:
+        if cfg.eval_data is None and self.held_out is None:
             return
         self.ref_sess = ort_session(self.work)
-        eval_src = _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess, cfg)
+        eval_src = self.held_out if cfg.eval_data is None else \
+            _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess, cfg)
         eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
 
         ref_cache: Dict[Optional[int], List[Dict[str, np.ndarray]]] = {}
         metric = cfg.task_metric if callable(cfg.task_metric) else None  # names are resolved in quantize()
+        roles = self._roles(eval_src)
 
         def run_eval(qproto: Any, limit: Optional[int] = None) -> Dict[str, Any]:
             """INT8 against FP32 on the held-out data (its first ``limit`` samples)."""
             samples = eval_src.samples() if limit is None else itertools.islice(eval_src.samples(), limit)
             return evaluate(self.ref_sess, ort_session(qproto),
                             _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
-                            task_metric=metric)
+                            task_metric=metric, roles=roles)
 
         result = run_eval(self.qproto)
         needs_fallback = self.budget.active and not self.budget.holds(result)
@@ -509,10 +557,23 @@ class _Run:
                               "min_task_metric": self.budget.min_task_metric,
                               "min_top1_agreement": self.budget.min_top1_agreement,
                               "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
+                              "checked": True, "checked_on": _checked_on(self.held_out, result["samples"]),
+                              "by_role": self.budget.by_role,
+                              "roles": {k: r.describe() for k, r in roles.items()},
                               "holds": holds}
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
+
+    def _roles(self, eval_src: Any) -> Dict[str, Any]:
+        """Each output's role (:mod:`sdk.quantize.roles`) from FP32's outputs on the first held-out
+        samples, the graph's hints (a Log output) and ``--output-role``."""
+        from .graph import output_hints
+        from .roles import infer_roles
+
+        names = [o.name for o in self.ref_sess.get_outputs()]
+        ref = [dict(zip(names, self.ref_sess.run(names, dict(feed)))) for feed, _ in _take(eval_src.samples(), 4)]
+        return infer_roles(names, ref, output_hints(self.work), self.cfg.output_roles)
 
     def _fallback(self, eval_src: Any, run_eval: Callable[..., Dict[str, Any]], result: Dict[str, Any],
                   needs_fallback: bool) -> Dict[str, Any]:
@@ -570,23 +631,29 @@ class _Run:
         return res
 
     def finish_latency(self) -> None:
-        from .speed import SLOWER_TOLERANCE, latencies_ms
+        from .speed import GRAPH_OPTIMIZATION, PROVIDER, SLOWER_TOLERANCE, bench_command, latency_rounds, speedup_interval
 
         if not self.qplan.layers:
             self.failures.append("nothing is quantized: every layer is kept in float"
                                  + (" to hold the accuracy budget" if self.fallback else ""))
         if not self.cfg.speed_check or not self.scheme.host_runtime:
             return
-        measured = getattr(self, "measured", None)
-        if measured is not None and measured[0] is self.qproto:  # timed side by side already
-            fp32_ms, int8_ms = measured[1], measured[2]
-        else:
-            fp32_ms, int8_ms = latencies_ms([self.prepared.proto, self.qproto], self._first_feed())
+        # the written model timed against FP32 once more, interleaved, as `sdk bench` opens them (same
+        # provider, session options, threads, shapes): the figures the report and the verdict give
+        threads = self.cfg.speed_threads
+        rounds = latency_rounds([self.prepared.proto, self.qproto], self._first_feed(), rounds=9, round_s=0.1,
+                                threads=threads)
+        fp32_ms, int8_ms = float(np.median(rounds[0])), float(np.median(rounds[1]))
         search = getattr(self, "speed_search", None)
-        self.latency = {"runtime": "onnxruntime CPU (this host)", "input_shapes": {k: list(v.shape) for k, v in
-                                                                                   self._first_feed().items()},
+        shapes = {k: list(v.shape) for k, v in self._first_feed().items()}
+        self.latency = {"runtime": "onnxruntime CPU (this host)", "provider": PROVIDER,
+                        "graph_optimization": GRAPH_OPTIMIZATION,
+                        "threads": threads if threads else f"onnxruntime default ({os.cpu_count()} logical cores)",
+                        "input_shapes": shapes, "rounds": len(rounds[0]),
                         "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
                         "speedup": round(fp32_ms / int8_ms, 3) if int8_ms > 0 else None,
+                        "speedup_ci95": speedup_interval(rounds),
+                        "bench_command": bench_command("MODEL.onnx", threads, shapes),
                         "search": search}
         if self.qplan.layers and int8_ms > fp32_ms * (1.0 + SLOWER_TOLERANCE) and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
@@ -602,6 +669,7 @@ class _Run:
                       "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0)},
             "target": self.scheme.name,
             "scheme": self.scheme.options(),
+            "cpu": {k: v for k, v in self.cpu.items() if k != "flags"},
             "method": {"name": self.method, "params": dict(cfg.method_params or {})},
             "calibration": {"samples": stats.samples, "time_s": round(self.calib_info["time_s"], 3),
                             "reused_statistics": self.calib_info["reused"], "tensors": len(stats.tensors),
@@ -621,7 +689,7 @@ class _Run:
             "failures": self.failures,
             "time_s": round(elapsed_s, 3),
         }
-        if self.accuracy_report is not None:
+        if self.budget_report is not None:
             report["budget"] = self.budget_report
             if self.fallback:
                 report["fallback_evaluations"] = getattr(self, "fallback_evaluations", None)
@@ -640,7 +708,28 @@ class _Run:
         return extras
 
 
-def _budget(cfg: QuantizeConfig) -> Any:
+def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
+    """The CPU the model is for: ``{"arch", "flags", "source"}`` (this host unless the
+    config names one)."""
+    from ..hostinfo import cpu_flags
+
+    if cfg.cpu_arch is None and cfg.cpu_flags is None:
+        arch, flags = cpu_flags()
+        source = "this host (/proc/cpuinfo)"
+    else:
+        host_arch, _ = cpu_flags()
+        arch, flags = (cfg.cpu_arch or host_arch).lower(), frozenset(cfg.cpu_flags or ())
+        source = "given"
+    return {"arch": arch, "flags": sorted(flags), "source": source}
+
+
+def _checked_on(held_out: Any, samples: int) -> str:
+    if held_out is None:
+        return f"{samples} --eval samples"
+    return f"{samples} held-out calibration samples (the last ones, never used for ranges)"
+
+
+def _budget(cfg: QuantizeConfig, held_out: bool = False) -> Any:
     """The budget asked for; with held-out data and none asked for, the default: every float output's
     cosine >= :data:`DEFAULT_MIN_COSINE` and, for a classifier (or a recognizer's per-position class
     distributions), top-1 agreement >= :data:`DEFAULT_MIN_TOP1`."""
@@ -649,9 +738,11 @@ def _budget(cfg: QuantizeConfig) -> Any:
     min_cos, min_task, min_top1 = cfg.min_cosine, cfg.min_task_metric, None
     if cfg.task_metric is not None and min_task is None and cfg.budget:
         min_task = DEFAULT_MIN_TASK_METRIC
-    if cfg.eval_data is not None and cfg.budget and cfg.max_drop is None and min_cos is None and min_task is None:
-        min_cos, min_top1 = DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1
-    return Budget(cfg.max_drop, min_cos, min_task, min_top1)
+    by_role = False
+    if (cfg.eval_data is not None or held_out) and cfg.budget and cfg.max_drop is None and min_cos is None \
+            and min_task is None:
+        min_cos, min_top1, by_role = DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1, True
+    return Budget(cfg.max_drop, min_cos, min_task, min_top1, by_role)
 
 
 #: a Concat whose inputs' ranges differ more than this stays float (its one output scale would crush

@@ -16,6 +16,8 @@ INT8_KERNELS = frozenset({"QLinearConv", "QLinearMatMul", "MatMulInteger", "Conv
                           "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "NhwcQLinearConv"})
 FLOAT_WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "FusedConv", "FusedGemm", "FusedMatMul"})
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+#: int8 data movers ORT's optimizer puts between a QuantizeLinear and the kernel it feeds
+_LAYOUT = frozenset({"Transpose", "Reshape"})
 
 
 def ort_optimized_graph(model: Any, threads: int = 1) -> Any:
@@ -65,9 +67,16 @@ class _Graph:
         return False
 
     def q_serves_int8(self, n: Any) -> bool:
-        """A QuantizeLinear after ``n`` feeds an int8 kernel."""
-        return any(q.op_type == "QuantizeLinear" and any(self.int8_op(c) for c in self.consumers.get(q.output[0], []))
+        """A QuantizeLinear after ``n`` feeds an int8 kernel (directly, or through the Transpose that
+        ORT's NHWC layout pass puts before a QLinearConv)."""
+        return any(q.op_type == "QuantizeLinear" and self._reaches_int8(q.output[0])
                    for o in n.output for q in self.consumers.get(o, []))
+
+    def _reaches_int8(self, tensor: str, depth: int = 3) -> bool:
+        for c in self.consumers.get(tensor, []):
+            if self.int8_op(c) or (depth and c.op_type in _LAYOUT and self._reaches_int8(c.output[0], depth - 1)):
+                return True
+        return False
 
 
 def fusion_report(model: Any) -> Dict[str, Any]:

@@ -171,3 +171,44 @@ def _drop_unused_initializers(proto: Any) -> None:
         gin = [vi for vi in proto.graph.input if vi.name not in removed]
         del proto.graph.input[:]
         proto.graph.input.extend(gin)
+
+
+#: ops an output may pass through after a Log and stay a log-scale value (times a constant)
+_LOG_TAIL = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Add", "Sub", "Mul", "Div",
+             "Max", "Clip")
+
+
+def output_hints(proto: Any) -> Dict[str, Dict[str, Any]]:
+    """Role hints for :func:`sdk.quantize.roles.infer_roles` from the graph: an output computed by a
+    ``Log`` (then reshaped, offset, clamped or scaled by constants) is ``{"role": "log",
+    "db_per_unit": ...}``: 10 log10 (the scale 10 / ln 10) is 1 dB per unit, a bare ln 4.343."""
+    import math
+
+    from onnx import numpy_helper
+
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    consts = {t.name: t for t in proto.graph.initializer}
+    for n in proto.graph.node:
+        if n.op_type == "Constant" and n.attribute:
+            consts[n.output[0]] = n.attribute[0].t
+    hints: Dict[str, Dict[str, Any]] = {}
+    for out in proto.graph.output:
+        name, scale, node = out.name, 1.0, producer.get(out.name)
+        for _ in range(12):
+            if node is None or node.op_type == "Log" or node.op_type not in _LOG_TAIL:
+                break
+            data = [i for i in node.input if i and i not in consts]
+            if len(data) != 1:
+                node = None
+                break
+            if node.op_type in ("Mul", "Div"):
+                c = [i for i in node.input if i in consts]
+                vals = numpy_helper.to_array(consts[c[0]]) if c else None
+                if vals is None or vals.size != 1 or float(vals) == 0:
+                    node = None
+                    break
+                scale = scale * float(vals) if node.op_type == "Mul" else scale / float(vals)
+            node = producer.get(data[0])
+        if node is not None and node.op_type == "Log":
+            hints[name] = {"role": "log", "db_per_unit": (10.0 / math.log(10.0)) / abs(scale)}
+    return hints

@@ -8,28 +8,57 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["latencies_ms", "session", "SLOWER_TOLERANCE"]
+__all__ = ["latencies_ms", "latency_rounds", "session", "speedup_interval", "bench_command", "SLOWER_TOLERANCE"]
 
 #: INT8 counts as slower than FP32 only beyond this fraction (the noise of interleaved medians here)
 SLOWER_TOLERANCE = 0.03
 
 
+#: what the speed check runs on, as ``sdk bench`` opens an ONNX model by default (target onnxruntime)
+PROVIDER = "CPUExecutionProvider"
+GRAPH_OPTIMIZATION = "all"
+
+
 def session(model: Any, threads: Optional[int] = None) -> Any:
-    """An ONNX Runtime CPU session of ``model`` (a ModelProto, bytes or a path), full optimization."""
+    """An ONNX Runtime CPU session of ``model`` (a ModelProto, bytes or a path) with the session
+    options ``sdk bench`` builds (:func:`sdk.targets.onnxrt.build.session_options`: full graph
+    optimization, ``threads`` intra-op threads, None = onnxruntime's default)."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
+    from ..targets.onnxrt.build import session_options
+
+    so = session_options(ort, {"threads": threads, "graph_optimization": GRAPH_OPTIMIZATION})
     src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
-    return ort.InferenceSession(src, sess_options=so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(src, sess_options=so, providers=[PROVIDER])
+
+
+def bench_command(model: str, threads: Optional[int], shapes: Mapping[str, Sequence[int]]) -> str:
+    """The ``sdk bench`` line that times ``model`` as the speed check did."""
+    parts = ["sdk bench", model, "--target onnxruntime"] + ([f"--threads {threads}"] if threads else [])
+    parts += [f"--input-shape {k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()]
+    return " ".join(parts)
+
+
+def speedup_interval(rounds_ms: Sequence[Sequence[float]]) -> Optional[List[float]]:
+    """95% interval of the median of the per-round ratios FP32 / INT8 (``rounds_ms``: the two
+    models' rounds, interleaved, so each ratio compares the same moment of a shared host)."""
+    from ..stats import quantile_ci
+
+    ratios = sorted(a / b for a, b in zip(rounds_ms[0], rounds_ms[1]) if b > 0)
+    ci = quantile_ci(ratios, 50.0) if ratios else None
+    return [round(ci[0], 3), round(ci[1], 3)] if ci else None
 
 
 def latencies_ms(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, rounds: int = 7,
                  round_s: float = 0.04, threads: Optional[int] = None) -> List[float]:
     """Median latency (ms) of each model on ``feed``: every model warmed up, then ``rounds``
     interleaved rounds of about ``round_s`` seconds each (at least one run)."""
+    return [float(np.median(r)) for r in latency_rounds(models, feed, rounds=rounds, round_s=round_s, threads=threads)]
+
+
+def latency_rounds(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, rounds: int = 7,
+                   round_s: float = 0.04, threads: Optional[int] = None) -> List[List[float]]:
+    """Each model's per-round mean latency (ms), rounds interleaved (see :func:`latencies_ms`)."""
     sessions = [session(m, threads) if not hasattr(m, "run") else m for m in models]
     per_round: List[int] = []
     for s in sessions:  # warm-up, and how many runs fill a round
@@ -45,4 +74,4 @@ def latencies_ms(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, round
             for _ in range(per_round[i]):
                 s.run(None, dict(feed))
             samples[i].append((time.perf_counter() - t0) * 1000.0 / per_round[i])
-    return [float(np.median(samples[i])) for i in range(len(sessions))]
+    return [samples[i] for i in range(len(sessions))]

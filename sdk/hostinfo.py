@@ -8,11 +8,11 @@ import os
 import platform
 import re
 import subprocess
-from typing import Dict, Iterable, Optional
+from typing import Dict, FrozenSet, Iterable, Optional, Set, Tuple
 
 from .probe import dist_version, module_installed
 
-__all__ = ["host_info", "cpu_model", "tensorrt_version", "emulation", "TENSORRT_DISTS"]
+__all__ = ["host_info", "cpu_model", "cpu_flags", "tensorrt_version", "emulation", "TENSORRT_DISTS"]
 
 #: Distributions that carry TensorRT's Python bindings or libraries (pip), newest names first.
 TENSORRT_DISTS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11", "tensorrt-lean", "tensorrt-libs",
@@ -112,6 +112,22 @@ def emulation(proc: str = "/proc") -> Optional[Dict[str, str]]:
     return {"kind": "user-mode emulation (qemu-user)", "process_machine": machine, "kernel_machine": host,
             "evidence": evidence,
             "note": "timings measure the emulator on the host's CPU, not this board's speed"}
+
+
+def cpu_flags() -> Tuple[str, FrozenSet[str]]:
+    """This CPU's architecture (``platform.machine()``: ``x86_64``, ``aarch64``) and its feature
+    flags as ``/proc/cpuinfo`` lists them (``flags`` on x86, ``Features`` on ARM; empty elsewhere)."""
+    flags: Set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    flags.update(value.split())
+                    break
+    except OSError:
+        pass
+    return platform.machine().lower(), frozenset(flags)
 
 
 def host_info(runtimes: Iterable[str] = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ai-edge-litert",

@@ -114,6 +114,13 @@ class Scheme:
         speed-aware plan to time against the full plan (host runtimes only)."""
         return []
 
+    @classmethod
+    def reduced_range_reason(cls, machine: str, flags: FrozenSet[str]) -> Optional[str]:
+        """Why a CPU of architecture ``machine`` (``x86_64``, ``aarch64``) with feature ``flags``
+        (``/proc/cpuinfo``) needs 7-bit weights with this scheme's runtime, or None when 8 bits are
+        safe there (the default: runtimes that accumulate in 32 bits)."""
+        return None
+
     def options(self) -> Dict[str, Any]:
         return {"per_channel": self.per_channel, "reduce_range": self.reduce_range,
                 "activation_dtype": self.activation_dtype, "activation_symmetric": self.activation_symmetric}

@@ -32,7 +32,7 @@ QNN (``onnxruntime/quantization/execution_providers/qnn/quant_config.py``, ``get
 """
 from __future__ import annotations
 
-from typing import ClassVar, Dict, Optional, Tuple
+from typing import ClassVar, Dict, FrozenSet, Optional, Tuple
 
 from .onnxruntime import OnnxRuntimeScheme
 
@@ -60,6 +60,12 @@ class _MobileEpScheme(OnnxRuntimeScheme):
 
     def speed_variants(self, plan, idx):
         return []
+
+    @classmethod
+    def reduced_range_reason(cls, machine: str, flags: FrozenSet[str]) -> Optional[str]:
+        """None: the EP's int8 kernels (XNNPACK, NNAPI drivers, QNN's HTP) run on the phone's SoC,
+        not on MLAS's x86 U8S8 path that saturates without VNNI, whatever this host is."""
+        return None
 
 
 class XnnpackScheme(_MobileEpScheme):

@@ -46,16 +46,31 @@ def quantize_cmd(
                                     "or FILE.py:FUNCTION (reference, candidate) -> float; replaces the cosine default."),
     min_task_metric: Optional[float] = typer.Option(
         None, "--min-task-metric", help="Least task metric vs FP32 for --task-metric (default 0.99)."),
-    no_budget: bool = typer.Option(False, "--no-budget", help="With --eval: report accuracy, keep every layer in INT8."),
+    no_budget: bool = typer.Option(
+        False, "--no-budget", help="Keep every layer in INT8; with --eval report accuracy, without it check nothing."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when accuracy could not be checked (no --eval and too few calibration "
+                                "samples to hold out 8)."),
+    output_role: Optional[List[str]] = typer.Option(
+        None, "--output-role", help="NAME=ROLE: how the default budget judges an output (detections, scores, mask, "
+                                    "classes, log, embedding, cosine), over the role recognised (repeatable)."),
     allow_slower: bool = typer.Option(
         False, "--allow-slower", help="Accept an INT8 model slower than FP32 on this host (else exit 1)."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, help="Intra-op threads of the speed check (default: onnxruntime's, as sdk bench); "
+                                       "time it as you will run it."),
     no_speed_check: bool = typer.Option(
         False, "--no-speed-check", help="Do not time FP32 vs INT8 on this host (onnxruntime target)."),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="Measure per-layer sensitivity (needs --eval)."),
     exclude: Optional[List[str]] = typer.Option(None, "--exclude", help="Node name to keep in float (repeatable)."),
     no_bias_correction: bool = typer.Option(False, "--no-bias-correction", help="Skip bias correction."),
     per_tensor: bool = typer.Option(False, "--per-tensor", help="Per-tensor weights instead of per-channel."),
-    reduce_range: bool = typer.Option(False, "--reduce-range", help="7-bit weights (x86 without VNNI, onnxruntime)."),
+    reduce_range: Optional[bool] = typer.Option(
+        None, "--reduce-range/--full-range", help="7-bit or 8-bit weights (default: 7-bit where the CPU the model "
+                                                  "is for needs them: x86 without VNNI with onnxruntime)."),
+    cpu: Optional[str] = typer.Option(
+        None, "--cpu", help="The CPU the model is for, ARCH:FLAG,FLAG,... as /proc/cpuinfo lists them "
+                            "(x86_64:avx2,fma); default: this host."),
     activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
     workers: Optional[int] = typer.Option(
@@ -95,6 +110,10 @@ def quantize_cmd(
     from ..quantize.schemes.mobile import scheme_for_ep
 
     target = scheme_for_ep(target, ep)
+    cpu_arch, cpu_flags = _parse_cpu(cpu)
+    from ..quantize.roles import parse_output_roles
+
+    roles = parse_output_roles(output_role or [])
     spec = parse_preprocess(preprocess)
     shapes = parse_input_shapes(input_shape or [])
     params = {"percentile": percentile} if percentile is not None else {}
@@ -108,11 +127,12 @@ def quantize_cmd(
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
+        cpu_arch=cpu_arch, cpu_flags=cpu_flags, strict=strict, output_roles=roles or None,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
-        ranges_path=ranges, speed_check=not no_speed_check, allow_slower=allow_slower, progress=progress_cb,
-        tflite_io=io)
+        ranges_path=ranges, speed_check=not no_speed_check, speed_threads=threads, allow_slower=allow_slower,
+        progress=progress_cb, tflite_io=io)
     try:
         with warnings.catch_warnings():  # the report's warnings are printed below, once
             warnings.simplefilter("ignore", UserWarning)
@@ -139,6 +159,18 @@ def _sample_axes(model: str, items: Optional[List[str]]) -> Any:
     return parse(model, items)
 
 
+def _parse_cpu(text: Optional[str]) -> Tuple[Optional[str], Optional[List[str]]]:
+    """``ARCH:FLAG,FLAG`` -> (arch, flags); None -> this host (None, None)."""
+    from ..errors import InputError
+
+    if text is None:
+        return None, None
+    arch, sep, flags = text.partition(":")
+    if not arch.strip():
+        raise InputError(f"--cpu {text!r} names no architecture", "give ARCH:FLAG,FLAG, e.g. x86_64:avx2,fma")
+    return arch.strip(), [f.strip().lower() for f in flags.split(",") if f.strip()]
+
+
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     from ..textsafe import inert
     from ._common import console
@@ -151,6 +183,10 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     c.print(f"calibration: {cal['samples']} samples ({how}), method {rep['method']['name']}, target {rep['target']}")
     if cal.get("skipped"):
         c.print(f"[yellow]skipped {cal['skipped']} undecodable image(s)[/yellow]", markup=True)
+    cpu = rep.get("cpu") or {}
+    if cpu.get("reduce_range") and rep["scheme"].get("reduce_range"):
+        c.print(f"weights: 7-bit for the CPU the model is for ({cpu['arch']}, {cpu['source']}): {cpu['reduce_range']}",
+                markup=False)
     lay = rep["layers"]
     c.print(f"quantized {lay['quantized']} of {lay['quantizable']} layers, {lay['activations_with_qdq']} activations, "
             f"{lay['weights']} of {lay['weights_total']} weights; bias correction on "
@@ -158,9 +194,14 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     for w in rep["warnings"]:
         c.print(f"[yellow]warning:[/yellow] {inert(w)}", markup=True)
     acc = rep.get("accuracy")
+    bud = rep.get("budget") or {}
+    if bud.get("checked"):
+        c.print(f"budget checked on {bud['checked_on']}: {'holds' if bud['holds'] else 'does not hold' if bud['holds'] is False else 'none asked'}")
     if acc:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
+            if "role" in m:
+                extra += f"; role {m['role']}: {m['role_metric']} {m['role_score']:.4f} (min {m['role_min']:g})"
             if "element_agreement" in m:
                 extra += f", equal elements {100 * m['element_agreement']:.1f}%"
             c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")
@@ -176,8 +217,10 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
     lat = rep.get("latency")
     if lat:
-        c.print(f"latency on this host ({lat['runtime']}): FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms "
-                f"({lat['speedup']:.2f}x)")
+        ci = lat.get("speedup_ci95")
+        c.print(f"latency on this host ({lat['runtime']}, threads {lat.get('threads')}, shapes {lat['input_shapes']}): "
+                f"FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms ({lat['speedup']:.2f}x"
+                + (f", 95% interval {ci[0]:.2f}-{ci[1]:.2f}x" if ci else "") + ")", markup=False, highlight=False)
     for kind, path in rep.get("outputs", {}).items():
         c.print(f"wrote {kind}: {path}")
     if report:

@@ -179,12 +179,15 @@ class YoloV8Detect(_Detector):
 
     conf = 0.25
     iou = 0.45
+    #: the corpus photos with people in them: 3 x 3 mosaics of their augmentations give FP32 about 3.5
+    #: body-part boxes per input (the photos alone: 8 boxes on 24), so one box moves mAP by a few percent
+    people = ("astronaut.png", "camera.png")
 
     def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
         name, shape = next(iter(model.input_shapes.items()))
         size = shape[-1]
         feeds = []
-        for img in im.photo_stream(n, seed):
+        for img in im.photo_mosaics(n, seed, self.people, size, grid=3):
             x = _letterbox(img[:, :, ::-1], size, 0).astype(np.float32) / 255.0
             feeds.append({name: np.ascontiguousarray(x.transpose(2, 0, 1)[None])})
         return feeds

@@ -37,7 +37,9 @@ def test_quantize_json_report_to_stdout(example_model, tmp_path):
             "--limit", "32", "--workers", "1", "--target", "tflite", env_cache=tmp_path / "c")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
-    assert rep["calibration"]["samples"] == 32 and rep["outputs"]["ranges"].endswith("q.ranges.json")
+    # --limit 32, no --eval: the guard holds out 8 of the 32 (never used for ranges) and checks the budget there
+    assert rep["calibration"]["samples"] == 24 and rep["outputs"]["ranges"].endswith("q.ranges.json")
+    assert rep["budget"]["checked"] is True and rep["accuracy"]["samples"] == 8
 
 
 @pytest.mark.parametrize("args, message", [

@@ -23,6 +23,23 @@ def fetched():
     return corpus.fetch(list(BUDGET))
 
 
+#: the detectors' metric sets below (n, seed): FP32 must find enough boxes there that one box
+#: crossing a threshold moves mAP by a few percent (nudenet on the bare photos: 8 boxes on 24, one
+#: box = 12%, and a CI run's 0.767)
+DETECTOR_SETS = [(12, 1), (16, 1), (24, 2)]
+MIN_BOXES = 30
+
+
+@pytest.mark.parametrize("name", [n for n in BUDGET if corpus.get(n).task.endswith("-detect")])
+def test_detector_metric_sets_hold_enough_boxes(fetched, name):
+    from sdk.corpus.tasks import task_of
+
+    task = task_of(corpus.get(name))
+    for n, seed in DETECTOR_SETS:
+        boxes = sum(len(task.decode(r)) for r in run_reference(str(fetched[name]), corpus.sample_inputs(name, n, seed=seed)))
+        assert boxes >= MIN_BOXES, (name, n, seed, boxes)
+
+
 @pytest.mark.parametrize("name", list(BUDGET))
 def test_corpus_model_default_quantization(fetched, name, tmp_path):
     src = fetched[name]
@@ -68,3 +85,41 @@ def test_corpus_model_no_flags_keeps_the_task(fetched, name, tmp_path):
     # float in the corpus benchmark when layers were ranked by the error of their output in the INT8
     # model; 42 here, every conv int8 at first, ranked by their own noise x gain)
     assert len(res.report["fallback_layers"]) <= res.report["layers"]["quantizable"] // 2, res.report["fallback_layers"]
+
+
+@pytest.mark.parametrize("name", list(BUDGET))
+@pytest.mark.parametrize("variant", [{}, {"method": "minmax", "per_channel": False, "bias_correction": False}],
+                         ids=["default", "per-tensor-minmax"])
+def test_default_budget_fails_wherever_the_task_metric_fails(fetched, name, variant):
+    """Every layer in INT8 (no fallback), the default budget (each output by its role) and the task
+    metric judged on the same held-out inputs: a default budget that holds while the task metric is
+    out of the issue's budget must not happen (nudenet: cosine 0.9991 held at box mAP 0.767)."""
+    from sdk.quantize.accuracy import Budget
+    from sdk.quantize.api import DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1
+
+    res = quantize(fetched[name], corpus.sample_inputs(name, 8, seed=0), eval_data=corpus.sample_inputs(name, 16, seed=1),
+                   workers=1, use_cache=False, speed_check=False, budget=False, task_metric=f"corpus:{name}", **variant)
+    acc = res.report["accuracy"]
+    assert res.report["fallback_layers"] == [] and all("role" in o for o in acc["outputs"].values())
+    default = Budget(min_cosine=DEFAULT_MIN_COSINE, min_top1_agreement=DEFAULT_MIN_TOP1, by_role=True)
+    roles = {k: (o["role"], round(o["role_score"], 4)) for k, o in acc["outputs"].items()}
+    if acc["task_metric"] < BUDGET[name]:
+        assert not default.holds(acc), (acc["task_metric"], roles)
+
+
+@pytest.mark.parametrize("name", list(BUDGET))
+def test_corpus_model_calib_only_is_guarded(fetched, name, tmp_path):
+    """No flag beyond the calibration data (issue 21, goal 1): the guard holds out the last 16 of 80
+    samples and checks the default budget there; the task metric on inputs used neither for ranges
+    nor for the guard stays within the issue's budget. (8 held out of 40 were too few for nudenet:
+    its ~25 boxes there all held while 24 unseen mosaics gave mAP 0.909.)"""
+    src = fetched[name]
+    out = tmp_path / "q.onnx"
+    res = quantize(src, corpus.sample_inputs(name, 80, seed=0), output=out, workers=1, use_cache=False,
+                   speed_check=False)
+    b = res.report["budget"]
+    assert b["checked"] is True and b["default"] is True and "16 held-out calibration samples" in b["checked_on"]
+    assert res.report["calibration"]["samples"] == 64 and b["holds"] is True, res.failures
+    unseen = corpus.sample_inputs(name, 24, seed=2)
+    ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
+    assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])

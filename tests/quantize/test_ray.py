@@ -204,7 +204,9 @@ def test_ray_cluster_equals_threads_byte_for_byte(ray_cluster, photos, tmp_path)
     assert (tmp_path / "ray.ranges.json").read_bytes() == (tmp_path / "threads.ranges.json").read_bytes()
     _same_stats(CalibrationStats.load(tmp_path / "threads.npz"), CalibrationStats.load(tmp_path / "ray.npz"))
     cal = outs["ray"]["calibration"]
-    assert cal["executor"] == "ray" and cal["workers"] == 2 and cal["samples"] == 16
+    # 16 photos, no --eval: the guard holds out the last 8 (their files shipped to no worker)
+    assert cal["executor"] == "ray" and cal["workers"] == 2 and cal["samples"] == 8
+    assert outs["ray"]["budget"]["checked"] is True and outs["ray"]["accuracy"]["samples"] == 8
     assert outs["threads"]["calibration"]["executor"] == "threads"
 
 
@@ -263,16 +265,18 @@ def test_a_shard_failing_twice_fails_the_job_with_its_files(ray_cluster, tmp_pat
     data = tmp_path / "calib"
     data.mkdir()
     good = qmodels.make_data(8, (3, 12, 12), seed=1)
+    # the truncated file first: without --eval the guard holds out the last 8 of the 16 rows (a.npy
+    # is what the shards calibrate on)
     np.save(data / "a.npy", good)
     np.save(data / "b.npy", good)
-    raw = (data / "b.npy").read_bytes()
-    (data / "b.npy").write_bytes(raw[:len(raw) - good[0].nbytes * 5])   # rows 3.. missing
+    raw = (data / "a.npy").read_bytes()
+    (data / "a.npy").write_bytes(raw[:len(raw) - good[0].nbytes * 5])   # rows 3.. missing
     out = tmp_path / "int8.onnx"
     proc = sdk("quantize", model, "--calib", data, "--executor", "ray", "--ray-address", ray_cluster.address,
                "--batch-size", "4", "--workers", "2", "--no-cache", "-o", out)
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: calibration shard ") and "b.npy" in last and "failed twice" in last, last
+    assert last.startswith("error: calibration shard ") and "a.npy" in last and "failed twice" in last, last
     assert "truncated at row 3" in last and "Traceback" not in proc.stderr
     assert not out.exists()
 

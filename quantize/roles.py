@@ -1,0 +1,362 @@
+"""What each model output is for, and how the default budget judges it: the result a task reads
+from the output, not the output's cosine.
+
+A role is recognised from the output's shape and FP32 values (and, where the caller has one, a hint
+from the graph such as "this output is a Log"); it judges a candidate (INT8) against the FP32
+reference sample by sample and returns one agreement score (1.0 = the same result) bounded below by
+its ``default_min``. Nothing here reads a model file: the roles judge output arrays, so every
+quantizer (ONNX, TFLite) shares them.
+
+========== ============================================= =============================================
+role       recognised                                     judged by
+========== ============================================= =============================================
+detections ``[N, 4+C, A]`` / ``[N, A, 4+C]`` (A >> 4+C,   box mAP@0.5 vs FP32 (:func:`sdk.corpus.tasks.
+           scores in [0, 1]): YOLO heads                  box_map`: FP32's detections are the truth, the
+                                                          candidate's ranked by score down to a tenth
+                                                          of the threshold); anchors as boxes where
+                                                          the box columns are not pixel boxes
+scores     asked for (``--output-role``): a detector's    the same mAP with each anchor its own box
+           score head ``[N, A, C]`` beside its box head   (recognised heads stay on cosine: too strict)
+mask       ``[N, 1, H, W]`` / ``[N, H, W, 1]`` in [0, 1]   mask IoU at 0.5
+classes    ``[N, C]`` (C > 1) or softmax rows ``[N,T,C]``  top-1 agreement (per row / position)
+log        a graph hint: the output is a Log (times a     mean absolute error in the output's units,
+           constant: dB)                                  at most 0.5 dB
+embedding  ``[N, D]`` rows of unit L2 norm                mean per-sample cosine
+cosine     anything else                                  cosine of the whole output
+========== ============================================= =============================================
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = ["Role", "ROLES", "register_role", "infer_roles", "get_role", "parse_output_roles"]
+
+
+class Role:
+    """One output's role: ``score(reference, candidate)`` over per-sample arrays, 1.0 = same result,
+    held when ``>= min_score``."""
+
+    name = ""
+    metric = ""
+    default_min = 0.99
+
+    def __init__(self, min_score: Optional[float] = None, **params: Any):
+        self.min_score = self.default_min if min_score is None else min_score
+        self.params = params
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        raise NotImplementedError
+
+    def describe(self) -> Dict[str, Any]:
+        return {"role": self.name, "metric": self.metric, "min": self.min_score,
+                **{k: v for k, v in self.params.items() if isinstance(v, (str, int, float, bool))}}
+
+
+ROLES: Dict[str, Type[Role]] = {}
+
+
+def register_role(cls: Type[Role]) -> Type[Role]:
+    ROLES[cls.name] = cls
+    return cls
+
+
+def get_role(name: str, **params: Any) -> Role:
+    try:
+        return ROLES[name](**params)
+    except KeyError:
+        raise InputError(f"unknown output role {name!r}", f"use one of: {', '.join(ROLES)}") from None
+
+
+def parse_output_roles(items: Sequence[str]) -> Dict[str, str]:
+    """``NAME=ROLE`` items (``--output-role``) -> ``{output name: role}``; InputError when malformed."""
+    out: Dict[str, str] = {}
+    for item in items:
+        name, sep, role = item.partition("=")
+        if not sep or not name or not role:
+            raise InputError(f"--output-role {item!r} is not NAME=ROLE", f"roles: {', '.join(ROLES)}")
+        if role not in ROLES:
+            raise InputError(f"unknown output role {role!r} in --output-role {item}", f"use one of: {', '.join(ROLES)}")
+        out[name] = role
+    return out
+
+
+def _f64(x: Any) -> np.ndarray:
+    return np.asarray(x, np.float64)
+
+
+@register_role
+class Cosine(Role):
+    name = "cosine"
+    metric = "cosine vs FP32"
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        if reference and np.asarray(reference[0]).dtype.kind in "iub":   # indices: the share of equal elements
+            eq = [np.asarray(r) == np.asarray(c) if np.shape(r) == np.shape(c) else np.zeros(1, bool)
+                  for r, c in zip(reference, candidate)]
+            total = sum(max(np.size(r), np.size(c)) for r, c in zip(reference, candidate))
+            return float(sum(int(e.sum()) for e in eq)) / total if total else 1.0
+        dot = ra = ca = 0.0
+        for r, c in zip(reference, candidate):
+            r64, c64 = _f64(r).ravel(), _f64(c).ravel()
+            n = min(r64.size, c64.size)
+            r64, c64 = r64[:n], c64[:n]
+            dot, ra, ca = dot + float(r64 @ c64), ra + float(r64 @ r64), ca + float(c64 @ c64)
+        if ra == ca == 0:
+            return 1.0
+        return dot / math.sqrt(ra * ca) if ra > 0 and ca > 0 else 0.0
+
+
+@register_role
+class Embedding(Role):
+    name = "embedding"
+    metric = "mean per-sample cosine vs FP32"
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        cos: List[float] = []
+        for r, c in zip(reference, candidate):
+            r2, c2 = _f64(r).reshape(len(r), -1), _f64(c).reshape(len(c), -1)
+            num = np.sum(r2 * c2, 1)
+            den = np.linalg.norm(r2, axis=1) * np.linalg.norm(c2, axis=1)
+            cos.extend(np.where(den > 0, num / np.maximum(den, 1e-30), 1.0).tolist())
+        return float(np.mean(cos)) if cos else 1.0
+
+
+@register_role
+class Classes(Role):
+    name = "classes"
+    metric = "top-1 agreement vs FP32"
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        pairs = [(np.asarray(r).argmax(-1), np.asarray(c).argmax(-1)) for r, c in zip(reference, candidate)
+                 if np.shape(r) == np.shape(c) and np.ndim(r) >= 2]
+        if not pairs:
+            return 1.0
+        if np.ndim(reference[0]) >= 3:   # a sequence: positions where either side reads more than the
+            # commonest class (a CTC blank, a background), where a flip changes the decoded text
+            mode = int(np.bincount(np.concatenate([a.ravel() for a, _ in pairs])).argmax())
+            live = [(a != mode) | (b != mode) for a, b in pairs]
+            total = sum(int(m.sum()) for m in live)
+            same = sum(int(((a == b) & m).sum()) for (a, b), m in zip(pairs, live))
+        else:
+            total = sum(a.size for a, _ in pairs)
+            same = sum(int((a == b).sum()) for a, b in pairs)
+        return same / total if total else 1.0
+
+
+@register_role
+class Mask(Role):
+    name = "mask"
+    metric = "mask IoU vs FP32"
+    default_min = 0.97
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        thr = float(self.params.get("threshold", 0.5))
+        inter = union = 0
+        for r, c in zip(reference, candidate):
+            a, b = np.asarray(r) > thr, np.asarray(c) > thr
+            if a.shape != b.shape:
+                continue
+            inter += int((a & b).sum())
+            union += int((a | b).sum())
+        return inter / union if union else 1.0
+
+
+@register_role
+class LogFeature(Role):
+    """A log-scale output (log-mel, dB): the mean absolute error in the output's own units against
+    ``0.5 dB`` expressed in them (``params["db_per_unit"]``: 1.0 for a 10 log10 output, 4.343 for ln).
+    The score is ``1 - mean_error / allowed`` clipped to [0, 1], held when >= 0 (within the allowance)."""
+
+    name = "log"
+    metric = "mean abs error within 0.5 dB"
+    default_min = 0.0
+    MAX_DB = 0.5
+
+    def allowed(self) -> float:
+        return self.MAX_DB / float(self.params.get("db_per_unit", 10.0 / math.log(10.0)))
+
+    def mean_error(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        err = n = 0.0
+        for r, c in zip(reference, candidate):
+            r64, c64 = _f64(r), _f64(c)
+            if r64.shape != c64.shape:
+                continue
+            err += float(np.sum(np.abs(r64 - c64)))
+            n += r64.size
+        return err / n if n else 0.0
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        e = self.mean_error(reference, candidate)
+        return float(np.clip(1.0 - e / self.allowed(), -1.0, 1.0))
+
+    def describe(self) -> Dict[str, Any]:
+        return {**super().describe(), "max_mean_error": self.allowed()}
+
+
+@register_role
+class Detections(Role):
+    """A YOLO-style head: per anchor 4 box values then class scores (``layout``: ``"channels"`` for
+    ``[N, 4+C, A]``, ``"anchors"`` for ``[N, A, 4+C]``). Boxes ``cx, cy, w, h`` where they are
+    pixel boxes (``boxes="xywh"``), else each anchor is its own box (``boxes="anchor"``: raw grid
+    offsets, log sizes)."""
+
+    name = "detections"
+    metric = "box mAP@0.5 vs FP32"
+    default_min = 0.97
+    CONF = 0.25
+    IOU = 0.45
+
+    def _dets(self, out: np.ndarray, conf: float) -> np.ndarray:
+        from ..corpus.tasks import _classwise_nms
+
+        pred = _f64(out)[0]
+        if self.params.get("layout", "channels") == "channels":
+            pred = pred.T
+        scores = pred[:, self.params.get("first_score", 4):]
+        cls = scores.argmax(1)
+        best = scores[np.arange(len(cls)), cls]
+        m = best >= conf
+        if self.params.get("boxes", "xywh") == "xywh":
+            cx, cy, w, h = pred[m, 0], pred[m, 1], pred[m, 2], pred[m, 3]
+            boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+            return _classwise_nms(boxes.astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
+        idx = np.nonzero(m)[0].astype(np.float32)   # anchor i = the box [i, 0, i + 1, 1]: IoU 1 with itself only
+        boxes = np.stack([idx, np.zeros_like(idx), idx + 1, np.ones_like(idx)], 1)
+        return np.concatenate([boxes, best[m, None], cls[m, None]], 1).astype(np.float32)
+
+    def detections(self, outputs: Sequence[np.ndarray], conf: float) -> List[np.ndarray]:
+        """Per image (each batch split), its detections ``[x1, y1, x2, y2, score, class]``."""
+        return [self._dets(o[j:j + 1], conf) for o in outputs for j in range(np.shape(o)[0])]
+
+    def _anchor_map(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        """:func:`box_map` where each anchor is its own box, vectorised: a candidate anchor is a hit
+        when FP32 detects that same anchor with the same class."""
+        from ..corpus.tasks import _average_precision
+
+        def best(o: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            pred = _f64(o).reshape(-1, *np.shape(o)[-2:])
+            if self.params.get("layout", "channels") == "channels":
+                pred = np.swapaxes(pred, 1, 2)
+            scores = pred[:, :, self.params.get("first_score", 4):].reshape(-1, pred.shape[2] - self.params.get("first_score", 4))
+            cls = scores.argmax(1)
+            return scores[np.arange(len(cls)), cls], cls
+
+        rs, rc = zip(*(best(r) for r in reference))
+        cs, cc = zip(*(best(c) for c in candidate))
+        r_s, r_c, c_s, c_c = (np.concatenate(x) for x in (rs, rc, cs, cc))
+        truth = r_s >= self.CONF
+        if not truth.any():
+            return 1.0 if not (c_s >= self.CONF).any() else 0.0
+        ranked = c_s >= self.CONF / 10
+        aps = []
+        for k in np.unique(r_c[truth]):
+            mine = ranked & (c_c == k)
+            hits = (truth & (r_c == k))[mine]
+            aps.append(_average_precision(c_s[mine], hits.astype(float), int(np.sum(truth & (r_c == k))))
+                       if mine.any() else 0.0)
+        return float(np.mean(aps))
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        from ..corpus.tasks import box_map
+
+        if self.params.get("boxes", "xywh") != "xywh" and all(np.shape(r) == np.shape(c)
+                                                              for r, c in zip(reference, candidate)):
+            return self._anchor_map(reference, candidate)
+        ref = self.detections(reference, self.CONF)
+        if not any(len(r) for r in ref):  # nothing to match: the candidate must find nothing either
+            cand = self.detections(candidate, self.CONF)
+            return 1.0 if not any(len(c) for c in cand) else 0.0
+        return box_map(ref, self.detections(candidate, self.CONF / 10))
+
+
+@register_role
+class Scores(Detections):
+    """A detector's score head ``[N, A, C]`` in [0, 1] beside its box head: each anchor its own box."""
+
+    name = "scores"
+    metric = "anchor mAP vs FP32"
+
+    def __init__(self, min_score: Optional[float] = None, **params: Any):
+        super().__init__(min_score, **{"layout": "anchors", "boxes": "anchor", "first_score": 0, **params})
+
+
+# ----------------------------------------------------------------------------------- recognition
+
+def _unit(x: np.ndarray) -> bool:
+    return bool(x.size) and float(x.min()) >= -1e-6 and float(x.max()) <= 1.0 + 1e-6
+
+
+def _distributions(x: np.ndarray) -> bool:
+    return _unit(x) and bool(np.allclose(x.sum(-1), 1.0, atol=1e-3))
+
+
+def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, Any]]:
+    if hint and hint.get("role"):
+        return str(hint["role"]), {k: v for k, v in hint.items() if k != "role"}
+    x = np.asarray(samples[0])
+    if x.dtype.kind in "iub" or x.ndim == 0:
+        return "cosine", {}
+    allv = np.concatenate([np.asarray(s, np.float64).ravel() for s in samples])
+    if x.ndim == 3:
+        a, b = x.shape[1], x.shape[2]
+        small, large = min(a, b), max(a, b)
+        if 5 <= small <= 260 and large >= 8 * small:
+            pred = np.concatenate([np.asarray(s, np.float64)[0] for s in samples], 1 if a < b else 0)
+            pred = pred.T if a < b else pred           # anchors x (4 + C)
+            if b < a and _unit(pred) and not _distributions(pred):
+                # every column a score: a score head beside its box head. Judged by cosine unless asked
+                # (--output-role NAME=scores): anchor-by-anchor mAP kept 99 of layout-cdla's 102 layers
+                # in float where its task mAP needs about 42
+                return "cosine", {}
+            if _unit(pred[:, 4:]):
+                return "detections", _detection_params(samples)
+        if x.shape[-1] > 1 and (_distributions(x) or (x.shape[1] == 1 and x.shape[-1] >= 10)):
+            return "classes", {}                      # softmax rows per position, or [T, 1, C] CTC logits
+    if x.ndim == 4 and (x.shape[1] == 1 or x.shape[-1] == 1) and x.shape[2] > 1 and _unit(allv):
+        return "mask", {"threshold": 0.5}
+    if x.ndim == 2 and x.shape[-1] > 1:
+        norms = np.linalg.norm(np.concatenate([np.asarray(s, np.float64) for s in samples]), axis=1)
+        if x.shape[-1] >= 16 and np.allclose(norms, 1.0, atol=1e-2):
+            return "embedding", {}
+        return "classes", {}
+    return "cosine", {}
+
+
+def infer_roles(names: Sequence[str], reference: Sequence[Mapping[str, np.ndarray]],
+                hints: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                overrides: Optional[Mapping[str, str]] = None) -> Dict[str, Role]:
+    """Each output's role from FP32's outputs on a few samples (``reference``: per sample, output
+    name -> array), the caller's graph ``hints`` (output -> ``{"role": ..., params}``) and the user's
+    ``overrides`` (output -> role name; an unknown output name is an InputError)."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise InputError(f"--output-role names no output of the model: {', '.join(unknown)}",
+                         f"outputs: {', '.join(names)}")
+    roles: Dict[str, Role] = {}
+    for name in names:
+        samples = [r[name] for r in reference if name in r]
+        role, params = _infer_one(samples, (hints or {}).get(name)) if samples else ("cosine", {})
+        if name in overrides and overrides[name] != role:
+            role = overrides[name]
+            params = _detection_params(samples) if role == "detections" and samples else {}
+        roles[name] = get_role(role, **params)
+    return roles
+
+
+def _detection_params(samples: Sequence[np.ndarray]) -> Dict[str, Any]:
+    """Layout and box kind of an output the user called ``detections``."""
+    x = np.asarray(samples[0])
+    if x.ndim != 3:
+        raise InputError(f"an output of shape {list(x.shape)} cannot be read as detections",
+                         "detections are [N, 4+C, A] or [N, A, 4+C]")
+    channels = x.shape[1] < x.shape[2]
+    pred = np.concatenate([np.asarray(s, np.float64)[0] for s in samples], 1 if channels else 0)
+    pred = pred.T if channels else pred
+    wh_ok = float(np.mean(pred[:, 2:4] >= 0)) >= 0.99 and float(np.max(pred[:, :4])) > 1.5
+    return {"layout": "channels" if channels else "anchors", "boxes": "xywh" if wh_ok else "anchor"}

@@ -1,0 +1,84 @@
+"""The guard on every quantize run (issue 21, item 1): without --eval, the last part of the calibration
+data is held out (never used for ranges) and the default budget is checked on it; too few samples is
+one warning line, ``budget.checked: false``, and a failure under --strict."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from sdk.quantize import quantize
+from sdk.quantize.guard import split
+from sdk.sources import open_source
+from sdk.tensors import TensorSpec
+from tests.quantize import qmodels
+
+
+def _specs():
+    return [TensorSpec("x", (1, 3, 12, 12), "float32")]
+
+
+def test_split_holds_out_the_last_fifth_at_least_8():
+    data = [{"x": np.full((1, 3, 12, 12), i, np.float32)} for i in range(48)]
+    head, held, why = split(open_source(data, _specs()))
+    assert why is None and len(head) == 38 and len(held) == 10
+    assert [int(f["x"].flat[0]) for f in head] == list(range(38))           # the ranges read these only
+    assert [int(f["x"].flat[0]) for f, _ in held.samples()] == list(range(38, 48))
+    head, held, _ = split(open_source(data[:20], _specs()))
+    assert len(head) == 12 and len(held) == 8                                  # 20% of 20 is 4: at least 8
+    src = open_source(data[:15], _specs())
+    same, none, why = split(src)
+    assert same is src and none is None and "15 calibration samples are too few" in why
+    _, none, why = split(open_source(iter(data), _specs()))
+    assert none is None and "how many samples" in why
+
+
+def test_split_fingerprint_differs_from_the_whole(residual_calib):
+    src = open_source(str(residual_calib), _specs())
+    head, _, _ = split(src)
+    assert head.fingerprint() != src.fingerprint() and head.fingerprint() == split(src)[0].fingerprint()
+
+
+def test_run_without_eval_checks_the_default_budget_on_held_out_samples(residual_model, residual_calib):
+    res = quantize(residual_model, residual_calib, workers=1, speed_check=False, use_cache=False)
+    b = res.report["budget"]
+    assert b["checked"] is True and b["default"] is True and b["by_role"] is True and b["holds"] is True
+    assert "10 held-out calibration samples" in b["checked_on"]
+    assert res.report["calibration"]["samples"] == 38 and res.report["accuracy"]["samples"] == 10
+    assert b["roles"]  # the role chosen per output is named
+
+
+def test_too_few_samples_is_one_warning_and_not_checked(residual_model):
+    calib = [{"x": x[None]} for x in qmodels.make_data(12, (3, 12, 12), seed=3)]
+    res = quantize(residual_model, calib, workers=1, speed_check=False, use_cache=False)
+    assert res.report["budget"] == {"checked": False, "why": res.report["budget"]["why"], "holds": None}
+    assert sum("accuracy was not checked" in w for w in res.report["warnings"]) == 1 and res.ok
+    assert res.report["calibration"]["samples"] == 12                           # all of them for ranges
+    strict = quantize(residual_model, calib, workers=1, speed_check=False, use_cache=False, strict=True)
+    assert not strict.ok and any("accuracy was not checked" in f for f in strict.failures)
+
+
+def _sdk(*args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "sdk", *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_cli_says_what_accuracy_was_checked_on(residual_model, residual_calib, tmp_path):
+    out, rep = tmp_path / "q.onnx", tmp_path / "r.json"
+    r = _sdk("quantize", residual_model, "--calib", residual_calib, "-o", out, "--no-speed-check", "--no-cache",
+             "--report", rep, "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    assert "budget checked on 10 held-out calibration samples" in r.stdout
+    assert json.loads(rep.read_text())["budget"]["checked"] is True
+    few = tmp_path / "few.npz"
+    np.savez(few, x=qmodels.make_data(10, (3, 12, 12), seed=4))
+    r = _sdk("quantize", residual_model, "--calib", few, "-o", out, "--no-speed-check", "--no-cache", "--strict",
+             "--workers", "1")
+    assert r.returncode == 1
+    assert "accuracy was not checked: 10 calibration samples are too few" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,119 @@
+"""Output roles (issue 21, item 2): recognised from shape, values and graph hints; each judged by what
+a task reads from it. Arrays only: the roles never read a model file."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sdk.errors import InputError
+from sdk.quantize.graph import output_hints
+from sdk.quantize.roles import get_role, infer_roles, parse_output_roles
+
+
+def _yolo(rng, n_boxes=6, anchors=400, classes=3, noise=0.0):
+    """[1, 4 + C, A]: a few confident anchors at pixel boxes, the rest low scores."""
+    pred = np.zeros((1, 4 + classes, anchors), np.float32)
+    pred[0, 0] = rng.uniform(20, 300, anchors)
+    pred[0, 1] = rng.uniform(20, 300, anchors)
+    pred[0, 2:4] = rng.uniform(10, 40, (2, anchors))
+    pred[0, 4:] = rng.uniform(0, 0.05, (classes, anchors))
+    hot = rng.choice(anchors, n_boxes, replace=False)
+    pred[0, 4 + rng.integers(classes, size=n_boxes), hot] = rng.uniform(0.5, 0.9, n_boxes)
+    return pred
+
+
+def test_roles_recognised_from_shapes_and_values():
+    rng = np.random.default_rng(0)
+    ref = [{"yolo": _yolo(rng), "yolo_t": _yolo(rng)[0].T[None].copy(),
+            "raw": np.concatenate([rng.normal(0, 1, (1, 500, 4)), rng.uniform(0, 1, (1, 500, 2))], 2).astype(np.float32),
+            "heads": rng.uniform(0, 0.3, (1, 700, 10)).astype(np.float32),
+            "mask": rng.uniform(0, 1, (1, 1, 32, 32)).astype(np.float32),
+            "logits": rng.normal(0, 3, (1, 10)).astype(np.float32),
+            "emb": (lambda e: e / np.linalg.norm(e, axis=1, keepdims=True))(rng.normal(0, 1, (2, 64))).astype(np.float32),
+            "ctc": rng.normal(0, 3, (20, 1, 50)).astype(np.float32),
+            "feat": rng.normal(0, 1, (1, 16, 8, 8)).astype(np.float32)} for _ in range(3)]
+    roles = infer_roles(list(ref[0]), ref)
+    got = {k: r.name for k, r in roles.items()}
+    assert got == {"yolo": "detections", "yolo_t": "detections", "raw": "detections", "heads": "cosine",
+                   "mask": "mask", "logits": "classes", "emb": "embedding", "ctc": "classes", "feat": "cosine"}
+    assert roles["yolo"].params == {"layout": "channels", "boxes": "xywh"}
+    assert roles["yolo_t"].params["layout"] == "anchors"
+    assert roles["raw"].params["boxes"] == "anchor"        # log sizes, grid offsets: each anchor its own box
+    over = infer_roles(list(ref[0]), ref, overrides={"feat": "embedding", "yolo": "cosine", "heads": "scores"})
+    assert over["feat"].name == "embedding" and over["yolo"].name == "cosine" and over["heads"].name == "scores"
+    with pytest.raises(InputError, match="names no output"):
+        infer_roles(list(ref[0]), ref, overrides={"nope": "mask"})
+
+
+def test_detections_role_reads_boxes_where_cosine_does_not():
+    """One box of six moved by its own width: the whole tensor's cosine barely moves (the box
+    columns dominate it), the detection role's mAP drops by about a sixth."""
+    rng = np.random.default_rng(1)
+    ref = [_yolo(rng) for _ in range(4)]
+    cand = [r.copy() for r in ref]
+    hot = int(np.argmax(cand[0][0, 4:].max(0)))
+    cand[0][0, 0, hot] += 2.0 * cand[0][0, 2, hot]
+    role = get_role("detections", layout="channels", boxes="xywh")
+    assert role.score(ref, ref) == 1.0
+    moved = role.score(ref, cand)
+    assert moved < 0.97 <= role.min_score
+    cos = get_role("cosine").score(ref, cand)
+    assert cos > 0.999  # what the old default budget read
+
+
+def test_mask_log_embedding_and_classes_roles():
+    rng = np.random.default_rng(2)
+    m = rng.uniform(0, 1, (1, 1, 16, 16))
+    flipped = m.copy()
+    flipped[0, 0, :4] = 1 - flipped[0, 0, :4]            # a quarter of the pixels cross 0.5 the other way
+    assert get_role("mask").score([m], [m]) == 1.0 and get_role("mask").score([m], [flipped]) < 0.9
+    db = rng.uniform(-80, 0, (1, 64, 100))
+    log = get_role("log", db_per_unit=1.0)
+    assert log.score([db], [db + 0.3]) >= log.min_score > log.score([db], [db + 0.6])
+    ln = get_role("log", db_per_unit=10 / math.log(10))    # natural log: 0.5 dB is 0.115 units
+    assert ln.score([db], [db + 0.1]) >= 0 > ln.score([db], [db + 0.13])
+    e = rng.normal(0, 1, (4, 32))
+    assert get_role("embedding").score([e], [e + 0.5 * rng.normal(0, 1, e.shape)]) < 0.99
+    logits = rng.normal(0, 1, (8, 5))
+    assert get_role("classes").score([logits], [logits[:, ::-1]]) < 0.5
+
+
+def test_log_hint_from_the_graph_in_the_outputs_units():
+    """10 log10(x) written as Log then Div(ln 10) then Mul(10): 1 dB per unit; a bare Log: 4.343."""
+    nodes = [helper.make_node("Log", ["x"], ["l"]), helper.make_node("Div", ["l", "ln10"], ["l10"]),
+             helper.make_node("Mul", ["l10", "ten"], ["db"]), helper.make_node("Log", ["x"], ["nat"]),
+             helper.make_node("Relu", ["x"], ["other"])]
+    inits = [numpy_helper.from_array(np.array(math.log(10), np.float32), "ln10"),
+             numpy_helper.from_array(np.array(10, np.float32), "ten")]
+    out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 8]) for n in ("db", "nat", "other")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], out, inits)
+    hints = output_hints(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert hints["db"]["role"] == "log" and hints["db"]["db_per_unit"] == pytest.approx(1.0, rel=1e-6)
+    assert hints["nat"]["db_per_unit"] == pytest.approx(10 / math.log(10), rel=1e-6)
+    assert "other" not in hints
+    ref = [{"db": np.zeros((1, 8), np.float32)}]
+    assert infer_roles(["db"], ref, hints)["db"].name == "log"
+
+
+def test_output_role_option_parsing():
+    assert parse_output_roles(["out=mask", "b=detections"]) == {"out": "mask", "b": "detections"}
+    with pytest.raises(InputError, match="not NAME=ROLE"):
+        parse_output_roles(["mask"])
+    with pytest.raises(InputError, match="unknown output role"):
+        parse_output_roles(["out=boxes!"])
+
+
+@pytest.mark.parametrize("layout, shape", [("anchors", (1, 900, 6)), ("channels", (1, 6, 900))])
+def test_anchor_detections_fast_path_is_box_map(layout, shape):
+    """Anchors as their own boxes: the vectorised mAP equals the corpus's box_map on those boxes."""
+    from sdk.corpus.tasks import box_map
+
+    rng = np.random.default_rng(0)
+    ref = [rng.uniform(0, 0.4, shape) for _ in range(3)]
+    cand = [r + rng.normal(0, 0.05, shape) for r in ref]
+    role = get_role("detections", layout=layout, boxes="anchor")
+    want = box_map(role.detections(ref, role.CONF), role.detections(cand, role.CONF / 10))
+    assert role.score(ref, cand) == pytest.approx(want, abs=1e-9) and 0.5 < want < 1.0
