@@ -6,13 +6,14 @@ Runs on the board too: Python 3.8, NumPy only.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .errors import InputError
 
-__all__ = ["cosine_similarity", "snr_db", "max_abs_error", "top1_agreement", "compare_outputs"]
+__all__ = ["cosine_similarity", "snr_db", "max_abs_error", "top1_agreement", "compare_outputs", "edit_distance",
+           "one_minus_error_rate"]
 
 
 def _pair(ref: Any, out: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -72,3 +73,24 @@ def compare_outputs(ref: Mapping[str, np.ndarray], out: Mapping[str, np.ndarray]
             row["top1_agreement"] = top1_agreement(r, o)
         result[name] = row
     return result
+
+
+def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Levenshtein distance between two sequences (characters, tokens)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def one_minus_error_rate(pairs: Iterable[Tuple[Sequence[Any], Sequence[Any]]]) -> float:
+    """1 - (summed edit distance / summed reference length) over ``(reference, candidate)``
+    sequence pairs (1 - CER for texts), at least 0; 1.0 when the references are all empty."""
+    errors = total = 0
+    for ref, cand in pairs:
+        errors += edit_distance(ref, cand)
+        total += len(ref)
+    return max(0.0, 1.0 - errors / total) if total else 1.0

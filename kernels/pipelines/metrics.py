@@ -15,18 +15,9 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
+from ...metrics import edit_distance
+
 __all__ = ["end_to_end_metric", "match_items", "edit_distance"]
-
-
-def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
-    """Levenshtein distance between two sequences."""
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
 
 
 def _iou(a: Sequence[float], b: Sequence[float]) -> float:

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import CorpusModel
 from . import audio as au
-from .tasks import Outputs, Task, edit_distance, register_task
+from ..metrics import one_minus_error_rate
+from .tasks import Outputs, Task, register_task
 
 Feed = Dict[str, np.ndarray]
 
@@ -225,9 +226,4 @@ class TableStructure(Task):
         return out
 
     def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
-        errors = total = 0
-        for r, c in zip(reference, candidate):
-            ref, cand = self.decode(r), self.decode(c)
-            errors += edit_distance(ref, cand)
-            total += len(ref)
-        return max(0.0, 1.0 - errors / total) if total else 1.0
+        return one_minus_error_rate((self.decode(r), self.decode(c)) for r, c in zip(reference, candidate))

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..metrics import edit_distance, one_minus_error_rate
 from . import CorpusError, CorpusModel
 from . import images as im
 
@@ -317,15 +318,6 @@ class OrientationClassify(Task):
         return float((ref == cand).mean()) if len(ref) else 1.0
 
 
-def edit_distance(a: Sequence[int], b: Sequence[int]) -> int:
-    """Levenshtein distance between two token sequences."""
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
 
 
 @register_task("ctc-recognize")
@@ -358,12 +350,7 @@ class CtcRecognize(Task):
         return out
 
     def agreement(self, reference: Sequence[Outputs], candidate: Sequence[Outputs]) -> float:
-        errors = total = 0
-        for r, c in zip(reference, candidate):
-            ref, cand = self.decode(r), self.decode(c)
-            errors += edit_distance(ref, cand)
-            total += len(ref)
-        return max(0.0, 1.0 - errors / total) if total else 1.0
+        return one_minus_error_rate((self.decode(r), self.decode(c)) for r, c in zip(reference, candidate))
 
 
 def _nhwc_photos(n: int, seed: int, size: int) -> List[np.ndarray]:
