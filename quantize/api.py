@@ -157,7 +157,7 @@ def _reuse_stats(candidates: List[Path], model_sha256: str, names: List[str], fp
         if c.exists():
             try:
                 st = CalibrationStats.load(c)
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:   # corrupt: recalibrate
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, InputError) as exc:  # corrupt: recalibrate
                 notes.append(f"ignored unreadable calibration statistics '{c}' ({exc}); calibrated again "
                              "and replaced them")
                 warnings.warn(notes[-1], stacklevel=3)
