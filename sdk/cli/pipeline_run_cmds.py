@@ -106,7 +106,8 @@ def _print(r: Any) -> None:
     over = f"{tp['overlapped_fps']:.2f} fps overlapped ({tp['speedup']:.2f}x)" if tp.get("overlapped_fps") else \
         "not overlapped"
     c.print(f"end to end p50 {fmt_ms(e['p50'])} ms" + (f" (95% CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "") +
-            f"; {tp['serial_fps']:.2f} fps serial, {over}; bounding stage: {r.bounding_stage}", markup=False)
+            f"; {tp['serial_fps']:.2f} fps serial, {over}; bounding stage: {r.bounding_stage}", markup=False,
+            soft_wrap=True)
     en = r.energy
     c.print(f"energy: {en['mj_per_frame']:.1f} mJ/frame ({en.get('source')})" if en.get("measured")
             else f"energy: not measured ({en.get('reason')})", markup=False, soft_wrap=True)
