@@ -103,7 +103,12 @@ def test_slower_int8_exits_1_on_constructed_timings(residual_model, residual_cal
     import sdk.quantize.speed as speed
     from tests.clirun import run_cli
 
-    monkeypatch.setattr(speed, "latencies_ms", lambda models, feed, **kw: [fp32_ms] + [int8_ms] * (len(models) - 1))
+    def rounds(models, feed, **kw):   # every round of FP32 (first) and of each INT8 model: the constant
+        n = kw.get("rounds", 7)
+        return [[fp32_ms] * n] + [[int8_ms] * n for _ in models[1:]]
+
+    # both the speed plan (latencies_ms) and the final re-timing of the written model read latency_rounds
+    monkeypatch.setattr(speed, "latency_rounds", rounds)
     monkeypatch.setenv("EDGESDK_CACHE", str(tmp_path / "c"))
     got, out, err = run_cli(["quantize", residual_model, "--calib", residual_calib, "-o", tmp_path / "q.onnx",
                              "--workers", "1", "--report", tmp_path / "r.json"], capsys)
