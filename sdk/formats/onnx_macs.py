@@ -434,8 +434,8 @@ def count_macs(proto: Any) -> MacCount:
     except Exception:  # noqa: BLE001 - inference failing is not fatal for an estimate
         inferred = proto
     count = graph_macs(inferred.graph, graph_shapes(inferred.graph))
-    if not count.partial:
-        return count
+    if not count.partial or not _inputs_static(proto):
+        return count   # symbolic dims in the inputs stay symbolic there too: nothing more to count
     symbolic = symbolic_shapes(proto)
     if symbolic is None:
         return count
@@ -443,6 +443,18 @@ def count_macs(proto: Any) -> MacCount:
     if (fuller.unknown_nodes, len(fuller.uncounted)) < (count.unknown_nodes, len(count.uncounted)):
         return fuller
     return count
+
+
+def _inputs_static(proto: Any) -> bool:
+    """Every graph input (that is not an initializer) has concrete dims."""
+    inits = {i.name for i in proto.graph.initializer}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else []
+        if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+            return False
+    return True
 
 
 def symbolic_shapes(proto: Any) -> Any:
