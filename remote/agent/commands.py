@@ -24,7 +24,6 @@ Requests (JSON objects; unknown keys are a :class:`~sdk.errors.ConfigError`):
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -174,25 +173,14 @@ def _measure(session: Any, sampler: Any, idle_s: float, shapes: Any, data: Any, 
              early_stop: Any) -> Tuple[Any, Optional[Tuple[float, float]]]:
     """Idle window (when sampling power), then the measured run; the sampler stops either way."""
     from ...targets.measure import benchmark_session
+    from .power.sampler import sampled_run
 
-    idle_window: Optional[Tuple[float, float]] = None
-    if sampler is not None:
-        sampler.start()
-    try:
-        if sampler is not None and idle_s > 0:
-            begin = time.monotonic()
-            time.sleep(idle_s)
-            idle_window = (begin, time.monotonic())
-        max_seconds = request.get("max_seconds")
-        run = benchmark_session(session, input_shapes=shapes, data=data, warmup=int(request.get("warmup", 10)),
-                                input_values=_values(request),
-                                runs=int(request.get("runs", 100)), min_seconds=float(request.get("min_seconds", 1.0)),
-                                max_seconds=float(max_seconds) if max_seconds else None,
-                                seed=int(request.get("seed", 0)), early_stop=early_stop)
-    finally:
-        if sampler is not None:
-            sampler.stop()
-    return run, idle_window
+    max_seconds = request.get("max_seconds")
+    return sampled_run(sampler, idle_s, lambda: benchmark_session(
+        session, input_shapes=shapes, data=data, warmup=int(request.get("warmup", 10)), input_values=_values(request),
+        runs=int(request.get("runs", 100)), min_seconds=float(request.get("min_seconds", 1.0)),
+        max_seconds=float(max_seconds) if max_seconds else None, seed=int(request.get("seed", 0)),
+        early_stop=early_stop))
 
 
 def _power_figures(power_req: Any, sampler: Any, tried: List[Dict[str, Any]], run: Any,

@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 __all__ = ["pipeline", "PIPELINE_KEYS"]
 
@@ -56,7 +55,7 @@ def pipeline(request: Mapping[str, Any]) -> Dict[str, Any]:
     from .commands import _check_keys, _need_numpy, _power_request
     from .facts import device_facts, temperatures
     from .power import PowerSampler, open_source
-    from .power.sampler import power_report
+    from .power.sampler import power_report, sampled_run
 
     _check_keys(request, "pipeline", PIPELINE_KEYS, ("spec", "inputs"))
     _need_numpy("the board agent's pipeline")
@@ -82,19 +81,8 @@ def pipeline(request: Mapping[str, Any]) -> Dict[str, Any]:
                     workdir=request.get("workdir"), on_window=lambda b, e: window.__setitem__("run", (b, e)))
     idle_s = float(request.get("idle_seconds", 0.5) or 0.0)
     sampler = PowerSampler(source, rate_hz) if source is not None else None
-    idle_window: Optional[Tuple[float, float]] = None
     device["temperatures_before_c"] = temperatures(root)
-    if sampler is not None:
-        sampler.start()
-    try:
-        if sampler is not None and idle_s > 0:
-            begin = time.monotonic()
-            time.sleep(idle_s)
-            idle_window = (begin, time.monotonic())
-        result = run_pipeline_spec(spec, images, cfg)
-    finally:
-        if sampler is not None:
-            sampler.stop()
+    result, idle_window = sampled_run(sampler, idle_s, lambda: run_pipeline_spec(spec, images, cfg))
     device["temperatures_after_c"] = temperatures(root)
     if power_req is False:
         energy: Dict[str, Any] = {"measured": False, "reason": "power sampling was not requested"}

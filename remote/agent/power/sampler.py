@@ -12,12 +12,13 @@ Runs on the board: Python 3.8, standard library only.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .base import BackgroundSampler, PowerSource, Sample
 
-__all__ = ["PowerSampler", "WindowPower", "power_report", "no_power"]
+__all__ = ["PowerSampler", "WindowPower", "power_report", "no_power", "sampled_run"]
 
 
 @dataclass
@@ -161,3 +162,22 @@ def power_report(sampler: PowerSampler, run_window: Tuple[float, float], idle_wi
         energy["reason_above_idle"] = "no power samples inside the idle window (idle_seconds too short for rate_hz)"
         power["idle_reason"] = energy["reason_above_idle"]
     return power, energy
+
+
+def sampled_run(sampler: Optional[PowerSampler], idle_s: float,
+                run: Callable[[], Any]) -> Tuple[Any, Optional[Tuple[float, float]]]:
+    """With ``sampler`` (None: no power sampling): start it, sleep ``idle_s`` s for the idle window,
+    call ``run()``, and stop the sampler whatever happens. Returns ``(run's result, idle window)``
+    on ``time.monotonic`` (None when not sampled or ``idle_s`` is 0)."""
+    idle_window: Optional[Tuple[float, float]] = None
+    if sampler is not None:
+        sampler.start()
+    try:
+        if sampler is not None and idle_s > 0:
+            begin = time.monotonic()
+            time.sleep(idle_s)
+            idle_window = (begin, time.monotonic())
+        return run(), idle_window
+    finally:
+        if sampler is not None:
+            sampler.stop()
