@@ -184,3 +184,20 @@ def noise_lines(label: str, result: Any) -> List[str]:
     """``warning: <label>: ...`` for each noise warning of a result (an unstable run)."""
     noise = result.stats.noise
     return [f"warning: {label}: {w}" for w in (noise.warnings if noise is not None else ())]
+
+
+def input_value_option() -> Any:
+    """The ``--input-value`` option, the same in every command that runs a model."""
+    import typer
+
+    return typer.Option(None, "--input-value", help="Value of an input that is not data, typed by the model: "
+                                                    "NAME=VALUE (sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable.")
+
+
+def sample_axis_option(data_option: str = "--data") -> Any:
+    """The ``--sample-axis`` option (``data_option``: the option whose arrays it describes)."""
+    import typer
+
+    return typer.Option(None, "--sample-axis", help=f"Which axis of a {data_option} array holds the samples: "
+                                                    "NAME=AXIS, or NAME=none for one value every sample uses "
+                                                    "(an initial state). Repeatable.")

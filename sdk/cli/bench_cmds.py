@@ -5,6 +5,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
+from ._common import input_value_option, sample_axis_option
+
 
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench_cmd)
@@ -19,12 +21,8 @@ def bench_cmd(
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Shape for a dynamic input: NAME=1x3x640x640, or an engine profile "
                                     "NAME=MIN:OPT:MAX (targets that build engines; runs use OPT). Repeatable."),
-    input_value: Optional[List[str]] = typer.Option(
-        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
-                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
-    sample_axis: Optional[List[str]] = typer.Option(
-        None, "--sample-axis", help="Which axis of a --data array holds the samples: NAME=AXIS, or NAME=none "
-                                    "for one value every sample uses (an initial state). Repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
+    sample_axis: Optional[List[str]] = sample_axis_option(),
     carry: Optional[List[str]] = typer.Option(
         None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT (stateN=state), "
                               "as a streaming model runs. Repeatable."),

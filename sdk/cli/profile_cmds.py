@@ -5,6 +5,8 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
+from ._common import input_value_option
+
 
 def register(app: typer.Typer) -> None:
     app.command("profile")(profile_cmd)
@@ -17,9 +19,7 @@ def profile_cmd(
     board: Optional[str] = typer.Option(None, "--board", "-b", help="Profile on this board, through its agent."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x640x640 for a dynamic "
                                                                                 "input (repeatable)."),
-    input_value: Optional[List[str]] = typer.Option(
-        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
-                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
     runs: int = typer.Option(20, "--runs", min=1, help="Profiled runs (after warm-up)."),
     warmup: int = typer.Option(3, "--warmup", min=0, help="Warm-up runs, not profiled."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Runtime threads."),

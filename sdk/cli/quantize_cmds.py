@@ -7,6 +7,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
+from ._common import input_value_option, sample_axis_option
+
 
 def register(app: typer.Typer) -> None:
     app.command("quantize")(quantize_cmd)
@@ -28,12 +30,8 @@ def quantize_cmd(
         None, "--preprocess", help="Image preprocessing: spec.toml and/or key=value (size=224x224, mean=..., layout=NHWC)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Fix a dynamic input: NAME=1x3x224x224 (repeatable)."),
-    input_value: Optional[List[str]] = typer.Option(
-        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
-                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
-    sample_axis: Optional[List[str]] = typer.Option(
-        None, "--sample-axis", help="Which axis of a --calib array holds the samples: NAME=AXIS, or NAME=none "
-                                    "for one value every sample uses (an initial state). Repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
+    sample_axis: Optional[List[str]] = sample_axis_option("--calib"),
     eval_data: Optional[str] = typer.Option(
         None, "--eval", help="Held-out data for the accuracy report (.npz with 'y' labels, or see --labels)."),
     labels: Optional[str] = typer.Option(None, "--labels", help=".npy of class ids for the --eval samples."),

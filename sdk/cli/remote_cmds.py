@@ -6,6 +6,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
+from ._common import input_value_option
+
 LARGE_UPLOAD_BYTES = 8 * 1024 * 1024   # show a progress bar for uploads at least this big
 INVENTORY_HELP = ("Ansible inventory (file, folder or plugin config; repeatable): its hosts are the boards, "
                   "the profile from the host/group variable edgesdk_board. Needs ansible-core (the ansible extra).")
@@ -307,9 +309,7 @@ def push_cmd(
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs."),
     idle_seconds: float = typer.Option(1.0, "--idle-seconds", min=0.0, help="Idle power window before the run (s)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x224x224 for dynamic inputs (repeatable)."),
-    input_value: Optional[List[str]] = typer.Option(
-        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
-                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
     json_path: Optional[str] = typer.Option(
         None, "--json", help="Write the results here ('-' for stdout): a list, one per board; with --inventory "

@@ -6,6 +6,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from ._common import input_value_option, sample_axis_option
+
 from .remote_cmds import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP
 
 
@@ -40,12 +42,8 @@ def validate_cmd(
                              "(default: 4 seeded random samples; outputs are compared, accuracy is not)."),
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Without --data: NAME=1x3x320x320 for a dynamic input (repeatable)."),
-    input_value: Optional[List[str]] = typer.Option(
-        None, "--input-value", help="Value of an input that is not data, typed by the model: NAME=VALUE "
-                                    "(sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable."),
-    sample_axis: Optional[List[str]] = typer.Option(
-        None, "--sample-axis", help="Which axis of a --data array holds the samples: NAME=AXIS, or NAME=none "
-                                    "for one value every sample uses (an initial state). Repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
+    sample_axis: Optional[List[str]] = sample_axis_option(),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
     spec: Optional[str] = typer.Option(None, "--spec", help="Validation spec (TOML): budgets and conditions."),
