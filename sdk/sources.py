@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -242,7 +243,10 @@ class _ZipMember:
         self.zf, self.member = zf, member
 
     def read(self, n: int = -1) -> bytes:
-        return bytes(self.member.read(n))
+        try:
+            return bytes(self.member.read(n))
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:   # a bad CRC or stream, seen only when read
+            raise InputError(f"{self.zf.filename}[{self.member.name}]: corrupt ({exc})", "save the arrays again") from exc
 
     def __enter__(self) -> "_ZipMember":
         return self

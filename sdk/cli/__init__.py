@@ -207,8 +207,7 @@ def _run(argv: List[str], debug: bool) -> int:
     except EdgeSDKError as exc:
         if debug:
             raise
-        _common.error_line(exc)
-        _explain_refusal(exc, argv)
+        _common.error_line(exc, explain=_explain_refusal(exc, argv))
         return EXIT_ERROR
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -237,20 +236,31 @@ def _run(argv: List[str], debug: bool) -> int:
         return EXIT_ERROR
 
 
-def _explain_refusal(exc: BaseException, argv: List[str]) -> None:
-    """A target that refused to build or run a model: the ``sdk check`` / ``sdk debug reduce`` line
-    that names the node (stderr, after the error line)."""
+def _explain_refusal(exc: BaseException, argv: List[str]) -> Optional[str]:
+    """A target that refused to build or run a model: the ``sdk debug reduce`` command that finds
+    the node (with the command's own target, ``--input-shape`` and ``--data``), to end the one
+    error line with; None for any other error."""
+    import shlex
+
     from ..errors import BuildError, InferenceError
 
     if not isinstance(exc, (BuildError, InferenceError)):
-        return
+        return None
     model = next((a for a in argv if a.endswith(".onnx") and not a.startswith("-")), None)
-    if model is None:
-        return
-    target = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-t", "--target")), "tensorrt")
+    if model is None or "--board" in argv or any(a.startswith("--board=") for a in argv):
+        return None
+    target = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-t", "--target")), None)
+    if target is None:
+        from ..formats import default_target
+
+        try:
+            target = default_target(model)
+        except Exception:  # the model cannot even be read: no command to suggest
+            return None
     pattern = str(getattr(exc, "message", exc)).split(":")[0][:40].replace("'", "")
-    sys.stderr.write(f"explain: sdk check {model} --target {target}   "
-                     f"(or: sdk debug reduce {model} --fails 'error:{pattern}@{target}')\n")
+    carried = [argv[i:i + 2] for i, a in enumerate(argv[:-1]) if a in ("--input-shape", "--data")]
+    extra = "".join(f" {opt} {shlex.quote(value)}" for opt, value in carried)
+    return f"sdk debug reduce {shlex.quote(model)} --fails {shlex.quote(f'error:{pattern}@{target}')}{extra}"
 
 
 def _usage_text(exc: Any) -> str:

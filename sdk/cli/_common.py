@@ -49,13 +49,15 @@ def styled(markup: str) -> Any:
     return Text.from_markup(plain(markup, keep_newlines=True))
 
 
-def error_line(exc: BaseException) -> None:
+def error_line(exc: BaseException, explain: Optional[str] = None) -> None:
     """Print ``error: <message> (<hint>)`` as one line on stderr, no markup interpretation and no
-    control character (a name from a model or a board cannot move the cursor or retitle the window)."""
+    control character (a name from a model or a board cannot move the cursor or retitle the window).
+    ``explain``: the command that explains the failure, ending the same line."""
     from ..textsafe import plain
 
     text = plain(str(exc).replace("\n", " ").strip())
-    sys.stderr.write(f"error: {text}\n")
+    tail = f"; explain: {plain(explain)}" if explain else ""
+    sys.stderr.write(f"error: {text}{tail}\n")
     sys.stderr.flush()
 
 

@@ -140,6 +140,21 @@ class ReduceResult:
                 "summary": self.summary(), "seconds": round(self.seconds, 3), "trail": self.trail}
 
 
+def _fixed_shapes(m: Any, feed: Mapping[str, np.ndarray]) -> Any:
+    """The model's proto with the feed's shapes on its inputs and shapes inferred; where strict
+    inference refuses them (the failure being reduced may be exactly that a node's shapes do not
+    fit), the inputs keep the model's own (dynamic) dims, so each subgraph fails where the model
+    did (at run, not at load), and the rest is inferred as far as it goes."""
+    import onnx
+
+    try:
+        return m.with_input_shapes({k: list(v.shape) for k, v in feed.items()}).proto
+    except InputError:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(m.proto)
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+
+
 def reduce(model: Any, fails: Any, feed: Optional[Mapping[str, np.ndarray]] = None, *,
            out_dir: Optional[Any] = None, max_runs: int = 64,
            progress: Optional[Callable[[str], None]] = None) -> ReduceResult:
@@ -159,8 +174,7 @@ def reduce(model: Any, fails: Any, feed: Optional[Mapping[str, np.ndarray]] = No
     if feed is None:
         feed = random_feed(m.inputs, seed=0)
     feed = {k: np.asarray(v) for k, v in feed.items()}
-    fixed = m.with_input_shapes({k: list(v.shape) for k, v in feed.items()})
-    sub = Subgraph(fixed.proto)
+    sub = Subgraph(_fixed_shapes(m, feed))
     n = len(sub)
     if n == 0:
         raise InputError(f"'{m.path}' has no nodes to reduce")

@@ -64,10 +64,10 @@ class _Graph:
             if tt.HasField("shape"):
                 self.shape[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         self.const: Dict[str, Any] = {}
-        for t in g.initializer:
-            self.const[t.name] = t
-            self.dtype.setdefault(t.name, onnx.TensorProto.DataType.Name(t.data_type))
-            self.shape.setdefault(t.name, list(t.dims))
+        for init in g.initializer:
+            self.const[init.name] = init
+            self.dtype.setdefault(init.name, onnx.TensorProto.DataType.Name(init.data_type))
+            self.shape.setdefault(init.name, list(init.dims))
         for n in g.node:
             if n.op_type == "Constant" and n.output:
                 self.const[n.output[0]] = n
@@ -103,7 +103,7 @@ Rule = Callable[[Any, _Graph, ParserTable], Optional[str]]
 
 
 def _rank_in(ranks: Sequence[int], what: str) -> Rule:
-    def rule(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+    def rule(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
         r = g.rank(node.input[0]) if node.input else None
         if r is not None and r not in ranks:
             return f"{what} only (input rank {r})"
@@ -112,7 +112,7 @@ def _rank_in(ranks: Sequence[int], what: str) -> Rule:
 
 
 def _const_input(index: int, what: str) -> Rule:
-    def rule(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+    def rule(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
         if len(node.input) > index and node.input[index] and node.input[index] not in g.const:
             return f"`{what}` must be a constant (an initializer) for the parser"
         return None
@@ -120,7 +120,7 @@ def _const_input(index: int, what: str) -> Rule:
 
 
 def _zero_point(index: int) -> Rule:
-    def rule(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+    def rule(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
         if len(node.input) > index and node.input[index]:
             zp = g.array(node.input[index])
             if zp is None:
@@ -132,13 +132,13 @@ def _zero_point(index: int) -> Rule:
 
 
 def _no_second_output(what: str) -> Rule:
-    def rule(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+    def rule(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
         return f"the `{what}` output is unsupported" if len(node.output) > 1 and node.output[1] else None
     return rule
 
 
-def _unit_dilations(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
-    if t.version.startswith("8."):
+def _unit_dilations(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
+    if table.version.startswith("8."):
         return None
     d = g.attr(node, "dilations")
     return "`dilations` must be empty or all ones" if d and any(int(x) != 1 for x in d) else None
@@ -148,7 +148,7 @@ _RESIZE_COORDS = ("half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "a
 _RESIZE_NEAREST = ("floor", "ceil", "round_prefer_floor", "round_prefer_ceil")
 
 
-def _resize(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+def _resize(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
     mode = g.attr(node, "mode", "nearest")
     if mode not in ("nearest", "linear"):
         return f"resize mode '{mode}' is unsupported (nearest, linear)"
@@ -157,19 +157,19 @@ def _resize(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
         return f"coordinate_transformation_mode '{coord}' is unsupported ({', '.join(_RESIZE_COORDS)})"
     if mode == "nearest" and g.attr(node, "nearest_mode", "round_prefer_floor") not in _RESIZE_NEAREST:
         return f"nearest_mode '{g.attr(node, 'nearest_mode')}' is unsupported"
-    if not t.version.startswith("8.") and g.attr(node, "antialias", 0):
+    if not table.version.startswith("8.") and g.attr(node, "antialias", 0):
         return "antialiasing is unsupported"
     return None
 
 
-def _reduce_axes(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
-    if t.version in ("10.2-10.x", "11.x") and len(node.input) > 1 and node.input[1] and node.input[1] not in g.const:
+def _reduce_axes(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
+    if table.version in ("10.2-10.x", "11.x") and len(node.input) > 1 and node.input[1] and node.input[1] not in g.const:
         return "`axes` must be an initializer"
     return None
 
 
-def _topk(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
-    if t.version.startswith("8."):
+def _topk(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
+    if table.version.startswith("8."):
         return None
     if g.attr(node, "sorted", 1) != 1:
         return "`sorted` must be 1"
@@ -179,19 +179,19 @@ def _topk(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
     return None
 
 
-def _scatter_nd(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+def _scatter_nd(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
     red = g.attr(node, "reduction", "none")
-    return f"reduction '{red}' is unsupported (only none)" if red != "none" and not t.version.startswith("8.") else None
+    return f"reduction '{red}' is unsupported (only none)" if red != "none" and not table.version.startswith("8.") else None
 
 
-def _einsum(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
+def _einsum(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
     eq = str(g.attr(node, "equation", ""))
-    return "ellipsis (...) in the equation is unsupported" if t.version.startswith("8.") and "..." in eq else None
+    return "ellipsis (...) in the equation is unsupported" if table.version.startswith("8.") and "..." in eq else None
 
 
 def _only_in_8(rule: Rule) -> Rule:
-    def wrapped(node: Any, g: _Graph, t: ParserTable) -> Optional[str]:
-        return rule(node, g, t) if t.version.startswith("8.") else None
+    def wrapped(node: Any, g: _Graph, table: ParserTable) -> Optional[str]:
+        return rule(node, g, table) if table.version.startswith("8.") else None
     return wrapped
 
 

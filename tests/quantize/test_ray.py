@@ -259,26 +259,45 @@ def _actor_pids(pgids: List[int]) -> List[int]:
 @needs_ray
 @pytest.mark.slow
 def test_a_shard_failing_twice_fails_the_job_with_its_files(ray_cluster, tmp_path):
-    """A truncated .npy: its shard fails on the worker, is retried once, then the job fails with
-    one line that names the file (exit 2: bad input), and nothing is written."""
+    """An .npz whose member's bytes were flipped after it was written (its header is intact, so
+    only reading the rows finds the bad CRC): its shard fails on the worker, is retried once, then
+    the job fails with one line that names the file (exit 2: bad input), and nothing is written.
+    A truncated .npy is refused before any shard runs, also naming the file."""
+    import zipfile
+
     model = qmodels.residual_net(tmp_path / "residual.onnx")
     data = tmp_path / "calib"
     data.mkdir()
     good = qmodels.make_data(8, (3, 12, 12), seed=1)
-    # the truncated file first: without --eval the guard holds out the last 8 of the 16 rows (a.npy
+    # the corrupt file first: without --eval the guard holds out the last 8 of the 16 rows (a.npz
     # is what the shards calibrate on)
-    np.save(data / "a.npy", good)
+    np.savez(data / "a.npz", x=good)   # stored, not deflated: the flipped byte is a data byte
     np.save(data / "b.npy", good)
-    raw = (data / "a.npy").read_bytes()
-    (data / "a.npy").write_bytes(raw[:len(raw) - good[0].nbytes * 5])   # rows 3.. missing
+    with zipfile.ZipFile(data / "a.npz") as zf:
+        info = zf.getinfo("x.npy")
+        assert info.compress_type == zipfile.ZIP_STORED
+    raw = bytearray((data / "a.npz").read_bytes())
+    at = raw.index(good[5].tobytes()[:64])   # a byte of row 5, inside the member's data
+    raw[at] ^= 0xFF
+    (data / "a.npz").write_bytes(bytes(raw))
     out = tmp_path / "int8.onnx"
-    proc = sdk("quantize", model, "--calib", data, "--executor", "ray", "--ray-address", ray_cluster.address,
-               "--batch-size", "4", "--workers", "2", "--no-cache", "-o", out)
+    argv = ["quantize", model, "--calib", data, "--executor", "ray", "--ray-address", ray_cluster.address,
+            "--batch-size", "4", "--workers", "2", "--no-cache", "-o", out]
+    proc = sdk(*argv)
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: calibration shard ") and "a.npy" in last and "failed twice" in last, last
-    assert "truncated at row 3" in last and "Traceback" not in proc.stderr
+    assert last.startswith("error: calibration shard ") and "a.npz" in last and "failed twice" in last, last
+    assert "corrupt" in last and "CRC" in last and "Traceback" not in proc.stderr, last
     assert not out.exists()
+
+    (data / "a.npz").unlink()
+    np.save(data / "a.npy", good)
+    raw = (data / "a.npy").read_bytes()
+    (data / "a.npy").write_bytes(raw[:len(raw) - good[0].nbytes * 5])   # rows 3.. missing
+    proc = sdk(*argv)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "a.npy" in last and "truncated or forged" in last, proc.stderr[-3000:]
+    assert "calibration shard" not in last and not out.exists()
 
 
 @needs_ray

@@ -46,7 +46,7 @@ def test_a_board_that_answers_malformed_json_fails_with_its_name(client_home, tm
     from sdk.remote import Board
 
     fake = tmp_path / "fake-python"
-    fake.write_text("#!/bin/sh\ncat > /dev/null\necho '{\"latency_ms\": {\"count\": 3}, \"throughput_ips\": 1}'\n")
+    fake.write_text("#!/bin/sh\nhead -n 1 > /dev/null\necho '{\"latency_ms\": {\"count\": 3}, \"throughput_ips\": 1}'\n")
     fake.chmod(0o755)
     (tmp_path / "boards").mkdir()
     (tmp_path / "boards" / "odd.toml").write_text(f'[connection]\nhost = "local"\npython = "{fake}"\n')

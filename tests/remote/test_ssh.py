@@ -8,7 +8,7 @@ import pytest
 
 from tests.remote.sshd import DropProxy, free_port, keygen, needs_sshd, trust
 from sdk.errors import AuthenticationError, BoardConnectionError, ConfigError, HostKeyError, RemoteCommandError
-from sdk.remote.ssh import SSHConnection, resolve_host
+from sdk.remote.ssh import STDERR_KEEP_BYTES, SSHConnection, resolve_host
 from sdk.remote.transport import SSHTransport
 
 pytestmark = [needs_sshd, pytest.mark.ssh]
@@ -22,9 +22,12 @@ def connect(port, **kw):
 def test_run_drains_both_streams_and_returns_status(client_home, sshd):
     trust(client_home, sshd)
     with connect(sshd.port) as conn:
-        # 3 MB on each stream: a client that does not drain while waiting would hang here
-        r = conn.run("head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2; exit 7", timeout_s=60)
-        assert (r.returncode, len(r.stdout), len(r.stderr)) == (7, 3000000, 3000000)
+        # 3 MB on each stream: a client that does not drain while waiting would hang here; of stderr
+        # only the last STDERR_KEEP_BYTES are kept (a board cannot fill the host's memory with it)
+        r = conn.run("head -c 3000000 /dev/zero; head -c 2999999 /dev/zero >&2; echo END >&2; exit 7", timeout_s=60)
+        assert (r.returncode, len(r.stdout)) == (7, 3000000)
+        assert STDERR_KEEP_BYTES <= len(r.stderr) <= 2 * STDERR_KEEP_BYTES and r.stderr.endswith(b"\0END\n"), \
+            len(r.stderr)
         r = conn.run("cat", input=b"hello board", timeout_s=10)
         assert r.ok and r.stdout == b"hello board"
 

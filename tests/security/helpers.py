@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,6 +16,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def sdk(*args, input=None, timeout=300, env=None, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sdk", *map(str, args)], capture_output=True, text=True,
                           input=input, timeout=timeout, env=env, cwd=cwd)
+
+
+_MEASURED = ("import resource, subprocess, sys\n"
+             "code = subprocess.run(sys.argv[1:]).returncode\n"
+             "sys.stderr.write('\\nmaxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+             "sys.exit(code)\n")
+
+
+def sdk_with_rss(*args, timeout=300) -> Tuple[subprocess.CompletedProcess, float]:
+    """:func:`sdk`, and the peak RSS (MB) of that command and the processes it waited for (not of
+    every process this test session ever started)."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURED, sys.executable, "-m", "sdk", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+    head, _, tail = proc.stderr.rpartition("\nmaxrss_kb=")
+    proc.stderr = head
+    return proc, int(tail.strip()) / 1024
 
 
 def start(*args, env=None) -> subprocess.Popen:

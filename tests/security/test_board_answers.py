@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import stat
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.remote.sshd import needs_sshd, trust
-from tests.security.helpers import error_lines, local_board, sdk
+from tests.security.helpers import error_lines, local_board, sdk, sdk_with_rss
 
 PUSH = ["--runs", "20", "--min-seconds", "0", "--idle-seconds", "0", "--input-shape", "image=1x1x8x8"]
 
@@ -51,15 +50,10 @@ def _answer_file(tmp_path: Path, text: str) -> Path:
     return f
 
 
-def _max_child_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-
-
 def test_an_endless_answer_is_cut_at_the_cap_with_a_short_error(tmp_path, monkeypatch, example_model):
     """300 MB of output: the host stops reading at 64 MiB; the error line is short and names the board."""
     name = fake_board(tmp_path, "flood", "cat > /dev/null & head -c 300000000 /dev/zero | tr '\\0' x\n", monkeypatch)
-    proc = sdk("push", example_model, "-b", name, *PUSH, timeout=300)
-    rss = _max_child_rss_mb()
+    proc, rss = sdk_with_rss("push", example_model, "-b", name, *PUSH, timeout=300)
     assert proc.returncode != 0
     errs = error_lines(proc.stderr)
     assert len(errs) == 1 and errs[0].startswith("error: board 'flood'") or errs[0].startswith("error: flood"), \

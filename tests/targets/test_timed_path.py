@@ -33,3 +33,21 @@ def test_runtime_failure_during_bench_is_one_error_line(failing_model, capsys, e
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code != 0 and len(lines) == 1, err
     assert lines[0].startswith("error: onnxruntime failed to run") and "Traceback" not in err
+
+
+def test_runtime_failure_names_the_reduce_command_that_finds_the_node(failing_model, capsys, tmp_path):
+    """The one error line ends with the `sdk debug reduce` command for the target that ran (the
+    model format's default, onnxruntime, here) with the same shapes, and that command, run as
+    printed, names the Reshape."""
+    import shlex
+
+    code, _, err = run_cli(["bench", failing_model, "--input-shape", "x=1x4", "--runs", "3",
+                            "--min-seconds", "0", "--warmup", "1"], capsys)
+    line = err.strip()
+    assert code != 0 and "\n" not in line, err
+    command = line.split("; explain: ", 1)[1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["sdk", "debug", "reduce"] and "@onnxruntime" in command and "x=1x4" in argv, command
+    code, out, err = run_cli([*argv[1:], "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "Reshape" in out and (tmp_path / "failing.onnx").is_file(), out
