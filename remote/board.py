@@ -332,7 +332,8 @@ class Board:
                   input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                   target_options: Optional[Mapping[str, Any]] = None, timeout_s: Optional[float] = None,
                   samples: bool = False, early_stop: Optional["EarlyStop"] = None, lock_clocks: Any = None,
-                  telemetry: Any = True, input_values: Optional[Mapping[str, Any]] = None) -> "BenchResult":
+                  telemetry: Any = True, input_values: Optional[Mapping[str, Any]] = None,
+                  carry: Optional[Mapping[str, str]] = None) -> "BenchResult":
         """Push ``model`` (unless already a :class:`Pushed`), then build/load it on the board with
         ``target`` (default: the profile's first that runs the model's format) and measure latency (MLPerf SingleStream: at
         least ``runs`` AND ``min_seconds``, and with ``early_stop`` (:class:`sdk.bench.EarlyStop`)
@@ -346,7 +347,9 @@ class Board:
         (True, False or ``{rate_hz}``; in ``result.telemetry``). ``lock_clocks``: on a Jetson, pin
         clocks with nvpmodel + jetson_clocks for the run and restore them after (True or
         ``{power_mode, sudo}``; states and commands in ``result.clock_lock``). ``input_values``:
-        arrays of inputs that are not data (``{"sr": np.array(16000)}``), sent with the request."""
+        arrays of inputs that are not data (``{"sr": np.array(16000)}``), sent with the request.
+        ``carry``: ``{output: input}``, each run on the board feeds that output back as the input of
+        the next (a recurrent state, as a streaming model runs)."""
         from ..data import values_to_json
         from ..result import BenchResult
 
@@ -363,6 +366,8 @@ class Board:
         }
         if input_values:
             request["input_values"] = values_to_json(input_values)
+        if carry:
+            request["carry"] = dict(carry)
         if early_stop is not None:
             request["early_stop"] = {"percentile": early_stop.percentile,
                                      "max_ci_width_pct": early_stop.max_ci_width_pct}
@@ -375,10 +380,11 @@ class Board:
 
     def infer(self, model: ModelLike, feeds_npz: Union[str, os.PathLike], *, target: Optional[str] = None,
               target_options: Optional[Mapping[str, Any]] = None, timeout_s: float = 900.0,
-              compress: bool = False) -> Dict[str, Any]:
+              compress: bool = False, carry: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         """Run ``model`` on the board over the inputs in ``feeds_npz`` (one array per input
         name); returns the outputs as a dict of NumPy arrays (name -> array). ``compress``: the
-        board writes the outputs deflated (many or large outputs, e.g. exposed intermediate tensors)."""
+        board writes the outputs deflated (many or large outputs, e.g. exposed intermediate tensors).
+        ``carry`` (``{output: input}``): the samples run in order, each fed the state the one before left."""
         import numpy as np
 
         pushed = self.push(model)
@@ -390,7 +396,7 @@ class Board:
                              "target_options": self.profile.runtime.target_options(target, target_options),
                              "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote,
                              "cache_max_bytes": int(self.profile.connection.cache_max_mb * (1 << 20)),
-                             **({"compress": True} if compress else {})},
+                             **({"compress": True} if compress else {}), **({"carry": dict(carry)} if carry else {})},
                    timeout_s=timeout_s)
         with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:
             local = Path(tmp) / "outputs.npz"

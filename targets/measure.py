@@ -95,9 +95,10 @@ def benchmark_session(
                            early_stop=early_stop)
 
 
-def check_carry(carry: Mapping[str, str], session: Session) -> Dict[str, str]:
-    """``carry`` checked against the session: each output and input exists, with equal shapes
-    where both are static (:class:`InputError` names the pair)."""
+def check_carry(carry: Mapping[str, str], session: Any) -> Dict[str, str]:
+    """``carry`` checked against a session or a :class:`~sdk.model.Model` (anything with
+    ``inputs`` and ``outputs`` specs): each output and input exists, of one dtype
+    (:class:`InputError` names the pair)."""
     outs = {s.name: s for s in session.outputs}
     ins = {s.name: s for s in session.inputs}
     for out, inp in carry.items():
@@ -119,20 +120,27 @@ def np_dtype(name: str) -> Any:
         return name
 
 
-def _carrying_runner(session: Session, feeds: List[Feed], carry: Mapping[str, str]) -> Any:
-    check_carry(carry, session)
-    state: Dict[str, Any] = {}
-    it = itertools.cycle(feeds)
+class CarriedRuns:
+    """Runs of ``session`` that carry a recurrent state: each run's ``carry`` outputs
+    (``{output: input}``) replace those inputs of the next feed; the first feed keeps its own."""
 
-    def run_once() -> Any:
-        feed = dict(next(it))
-        feed.update(state)
-        out = session.run(feed)
-        for o, i in carry.items():
-            state[i] = out[o]
+    def __init__(self, session: Any, carry: Mapping[str, str]) -> None:
+        self.session, self.carry = session, check_carry(carry, session)
+        self.state: Dict[str, Any] = {}
+
+    def run(self, feed: Feed) -> Any:
+        fed = dict(feed)
+        fed.update(self.state)
+        out = self.session.run(fed)
+        for o, i in self.carry.items():
+            self.state[i] = out[o]
         return out
 
-    return run_once
+
+def _carrying_runner(session: Session, feeds: List[Feed], carry: Mapping[str, str]) -> Any:
+    runs = CarriedRuns(session, carry)
+    it = itertools.cycle(feeds)
+    return lambda: runs.run(next(it))
 
 
 def parse_carry(items: Optional[Sequence[str]]) -> Dict[str, str]:

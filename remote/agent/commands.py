@@ -132,7 +132,7 @@ def _shapes(value: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
 # -- bench -----------------------------------------------------------------------------------------------
 _BENCH_KEYS = ("model_path", "target", "target_options", "precision", "input_shapes", "input_values", "data_path", "runs",
                "warmup", "min_seconds", "max_seconds", "seed", "workdir", "idle_seconds", "power", "samples",
-               "max_samples", "early_stop", "telemetry", "lock_clocks")
+               "max_samples", "early_stop", "telemetry", "lock_clocks", "carry")
 
 
 def _power_request(request: Mapping[str, Any]) -> Tuple[Any, Optional[List[str]], str, float]:
@@ -180,7 +180,15 @@ def _measure(session: Any, sampler: Any, idle_s: float, shapes: Any, data: Any, 
         session, input_shapes=shapes, data=data, warmup=int(request.get("warmup", 10)), input_values=_values(request),
         runs=int(request.get("runs", 100)), min_seconds=float(request.get("min_seconds", 1.0)),
         max_seconds=float(max_seconds) if max_seconds else None, seed=int(request.get("seed", 0)),
-        early_stop=early_stop))
+        early_stop=early_stop, carry=_carry(request)))
+
+
+def _carry(request: Mapping[str, Any]) -> Dict[str, str]:
+    """The request's ``carry`` (``{output: input}``), checked for its type."""
+    carry = request.get("carry") or {}
+    if not isinstance(carry, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in carry.items()):
+        raise ConfigError("carry must map output names to input names")
+    return dict(carry)
 
 
 def _power_figures(power_req: Any, sampler: Any, tried: List[Dict[str, Any]], run: Any,
@@ -259,7 +267,8 @@ def bench(request: Mapping[str, Any]) -> Dict[str, Any]:
         host=host_info(), inputs=inputs,
         settings=bench_settings(int(request.get("warmup", 10)), int(request.get("runs", 100)),
                                 float(request.get("min_seconds", 1.0)), request.get("max_seconds"),
-                                data, int(request.get("seed", 0)), early_stop, idle_seconds=idle_s),
+                                data, int(request.get("seed", 0)), early_stop, idle_seconds=idle_s,
+                                **({"carry": _carry(request)} if request.get("carry") else {})),
         samples_ms=samples, samples_stride=stride, window=window, power=power, energy=energy,
         precision=precision, device=device, agent={"version": __version__},
         **run_ctx.report((idle_window or (run.begin_s, run.end_s))[0], (run.begin_s, run.end_s),
@@ -281,9 +290,11 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
     arrays keyed by input name (one array with any key for a single-input model). When every
     array has one more dimension than its input (``stacked``), the first axis indexes samples and
     each output gets that leading axis too (``batched: true``); rows of a dynamic batch axis run
-    in chunks and their outputs are concatenated; otherwise the file is one feed."""
+    in chunks and their outputs are concatenated; otherwise the file is one feed. ``carry``
+    (``{output: input}``): the samples run one at a time, in order, each fed the state the one
+    before left (a streaming model's recurrent state)."""
     _check_keys(request, "infer", ("model_path", "target", "target_options", "precision", "workdir",
-                                   "inputs_npz", "outputs_npz", "cache_max_bytes", "compress"),
+                                   "inputs_npz", "outputs_npz", "cache_max_bytes", "compress", "carry"),
                 ("model_path", "inputs_npz", "outputs_npz"))
     _need_numpy("the board agent's infer")
     model = _model(request)
@@ -295,7 +306,7 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
     _touch(src)  # the board cache evicts least recently used files first
     artifact = tgt.prepare(model, workdir=request.get("workdir"))
     with tgt.open(artifact) as session:
-        outputs, n, stacked = _run_file(session, src)
+        outputs, n, stacked = _run_file(session, src, _carry(request))
     _write_npz_atomic(dst, outputs, compress=bool(request.get("compress")))
     cache = None
     if request.get("cache_max_bytes") is not None:
@@ -308,23 +319,25 @@ def infer(request: Mapping[str, Any]) -> Dict[str, Any]:
 _CHUNK_BYTES = 32 << 20
 
 
-def _run_file(session: Any, src: Path) -> Tuple[Dict[str, Any], int, bool]:
+def _run_file(session: Any, src: Path, carry: Optional[Mapping[str, str]] = None) -> Tuple[Dict[str, Any], int, bool]:
     """Outputs of every sample of ``src``; returns ``(outputs, samples, stacked)``."""
     import numpy as np
 
     from ...sources import ROWS, STACKED, ArraySource, batched
+    from ...targets.measure import CarriedRuns
 
     source = ArraySource(src, session.inputs)
     layout = source.layouts[0]
     dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in session.inputs)
     step = 1
-    if layout == ROWS and dynamic:
+    if layout == ROWS and dynamic and not carry:
         step = max(1, _CHUNK_BYTES // max(1, source.sample_nbytes()))
+    run = CarriedRuns(session, carry).run if carry else session.run
     collected: Dict[str, List[Any]] = {}
     n = 0
     for feed, _labels, count in batched(source.samples(), step):
         n += count
-        for name, arr in session.run(feed).items():
+        for name, arr in run(feed).items():
             collected.setdefault(name, []).append(np.asarray(arr))
     if layout == STACKED:
         return {k: np.stack(v) for k, v in collected.items()}, n, True

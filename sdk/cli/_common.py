@@ -196,6 +196,14 @@ def input_value_option() -> Any:
                                                     "NAME=VALUE (sr=16000; a list 1,2,3 or JSON [[1,2]]). Repeatable.")
 
 
+def carry_option() -> Any:
+    """The ``--carry`` option (recurrent state fed back across runs), the same in bench and push."""
+    import typer
+
+    return typer.Option(None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT "
+                                              "(stateN=state), as a streaming model runs. Repeatable.")
+
+
 def sample_axis_option(data_option: str = "--data") -> Any:
     """The ``--sample-axis`` option (``data_option``: the option whose arrays it describes)."""
     import typer

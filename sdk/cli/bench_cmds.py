@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 
-from ._common import input_value_option, sample_axis_option
+from ._common import carry_option, input_value_option, sample_axis_option
 
 
 def register(app: typer.Typer) -> None:
@@ -23,9 +23,7 @@ def bench_cmd(
                                     "NAME=MIN:OPT:MAX (targets that build engines; runs use OPT). Repeatable."),
     input_value: Optional[List[str]] = input_value_option(),
     sample_axis: Optional[List[str]] = sample_axis_option(),
-    carry: Optional[List[str]] = typer.Option(
-        None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT (stateN=state), "
-                              "as a streaming model runs. Repeatable."),
+    carry: Optional[List[str]] = carry_option(),
     runs: int = typer.Option(100, "--runs", min=1, help="Minimum number of measured runs."),
     warmup: int = typer.Option(10, "--warmup", min=0, help="Warm-up runs before measuring."),
     min_seconds: float = typer.Option(1.0, "--min-seconds", min=0.0, help="Minimum measured duration (s)."),

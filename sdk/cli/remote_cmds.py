@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 
-from ._common import input_value_option
+from ._common import carry_option, input_value_option
 
 LARGE_UPLOAD_BYTES = 8 * 1024 * 1024   # show a progress bar for uploads at least this big
 INVENTORY_HELP = ("Ansible inventory (file, folder or plugin config; repeatable): its hosts are the boards, "
@@ -264,10 +264,11 @@ def _check_precision(model: str, precision: Optional[str], target: Optional[str]
 
 
 def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str],
-              input_value: Optional[List[str]] = None) -> Dict[str, Any]:
+              input_value: Optional[List[str]] = None, carry: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """What the boards would refuse, found here first: a file that is no model, an unknown target
     or one that cannot open this format, input shapes that do not fit the model (names, rank,
-    fixed dims, a dynamic dim without a value) or that no board could hold."""
+    fixed dims, a dynamic dim without a value) or that no board could hold, a ``--carry`` pair
+    that is not an output and an input of one dtype."""
     import numpy as np
 
     from ..errors import InputError
@@ -282,9 +283,10 @@ def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str],
         if m.format not in formats:
             raise InputError(f"target '{target}' runs {'/'.join(formats)} models, not {m.format}",
                              "pick a target with --target (see `sdk targets`), or leave it out")
-    from ..targets.measure import as_values, require_control_values
+    from ..targets.measure import as_values, check_carry, require_control_values
 
     check_input_names(shapes, m.inputs)
+    check_carry(carry or {}, m)
     values = as_values(list(input_value or []), m.inputs)
     require_control_values(m, values, "sdk push")
     for spec in m.inputs:
@@ -310,6 +312,7 @@ def push_cmd(
     idle_seconds: float = typer.Option(1.0, "--idle-seconds", min=0.0, help="Idle power window before the run (s)."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="NAME=1x3x224x224 for dynamic inputs (repeatable)."),
     input_value: Optional[List[str]] = input_value_option(),
+    carry: Optional[List[str]] = carry_option(),
     option: Optional[List[str]] = typer.Option(None, "--option", "-o", help="Target option KEY=VALUE (repeatable)."),
     json_path: Optional[str] = typer.Option(
         None, "--json", help="Write the results here ('-' for stdout): a list, one per board; with --inventory "
@@ -332,6 +335,7 @@ def push_cmd(
 
     from ..errors import InputError, ModelError, ResultFormatError
     from ..remote.board import run_fleet
+    from ..targets.measure import parse_carry
     from ..tensors import parse_input_shapes
     from . import EXIT_ERROR, EXIT_FAILED
     from ._common import console, parse_options, write_json
@@ -340,7 +344,8 @@ def push_cmd(
     shapes = parse_input_shapes(input_shape or [])
     opts = parse_options(option)
     profiles = fleet_profiles(board, inventory, limit)   # unknown names fail before any connection
-    values = _precheck(model, shapes, target, input_value)  # bad input is exit 2, before any board work
+    carried = parse_carry(carry)
+    values = _precheck(model, shapes, target, input_value, carried)  # bad input is exit 2, before any board work
     _check_precision(model, precision, target, profiles)
     uploads = _Uploads()
 
@@ -349,7 +354,7 @@ def push_cmd(
         lock = ({"power_mode": power_mode} if power_mode is not None else True) if lock_clocks else None
         return b.benchmark(model, target=target, precision=precision, runs=runs, min_seconds=min_seconds,
                            warmup=warmup, idle_seconds=idle_seconds, input_shapes=shapes, target_options=opts,
-                           lock_clocks=lock, samples=bool(report), input_values=values)
+                           lock_clocks=lock, samples=bool(report), input_values=values, carry=carried)
 
     if inventory:
         stream = FleetStream(json_path, PUSH_COLUMNS, _push_row, _push_doc)

@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from ._common import input_value_option, sample_axis_option
+from ._common import carry_option, input_value_option, sample_axis_option
 
 from .remote_cmds import FORKS_HELP, INVENTORY_HELP, LIMIT_HELP
 
@@ -43,6 +43,7 @@ def validate_cmd(
     input_shape: Optional[List[str]] = typer.Option(
         None, "--input-shape", help="Without --data: NAME=1x3x320x320 for a dynamic input (repeatable)."),
     input_value: Optional[List[str]] = input_value_option(),
+    carry: Optional[List[str]] = carry_option(),
     sample_axis: Optional[List[str]] = sample_axis_option(),
     labels: Optional[str] = typer.Option(None, "--labels",
                                          help="Class ids: .npy/.npz, or a text/CSV file (filename,label)."),
@@ -90,6 +91,7 @@ def validate_cmd(
 
         raise InputError("sdk validate needs MODEL (or --pipeline SPEC)")
     from ..sources import parse_preprocess
+    from ..targets.measure import parse_carry
     from ..tensors import parse_input_shapes
     from ..validation import validate
     from ._common import check_output, console
@@ -114,7 +116,7 @@ def validate_cmd(
                       preprocess=parse_preprocess(preprocess), limit=limit,
                       progress=None if quiet else _progress, baseline=baseline, max_workers=forks, strict=strict,
                       input_shapes=parse_input_shapes(input_shape or []) or None,
-                      input_values=list(input_value or []),
+                      input_values=list(input_value or []), carry=parse_carry(carry),
                       sample_axes=_sample_axes(model, sample_axis),
                       on_board=stream.add if stream is not None else None, ep_readiness=tuple(ep or ()))
     if json_path != "-" and not quiet:

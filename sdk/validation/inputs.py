@@ -44,6 +44,9 @@ class Dataset:
     stacked: bool = False
     #: Values of inputs that are not data (``--input-value``), the same in every sample.
     values: Dict[str, np.ndarray] = field(default_factory=dict)
+    #: Recurrent state carried across samples (``--carry``, ``{output: input}``): every runner runs
+    #: the samples in order, each fed the state the one before left.
+    carry: Dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -59,6 +62,8 @@ class Dataset:
                "labels": self.labels_source, "warnings": list(self.warnings)}
         if self.preprocess is not None:
             out["preprocess"] = self.preprocess.to_dict()
+        if self.carry:
+            out["carry"] = dict(self.carry)
         return out
 
     def save_npz(self, path: Union[str, os.PathLike], arrays: Optional[Dict[str, np.ndarray]] = None) -> Path:

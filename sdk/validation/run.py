@@ -334,7 +334,8 @@ def _benchmark(board: Any, model: Any, run_opts: Dict[str, Any], ds: Dataset, pr
     return board.benchmark(model, target=run_opts.get("target"), precision=precision or run_opts.get("precision"),
                            runs=int(run_opts.get("runs", 100)), min_seconds=float(run_opts.get("min_seconds", 1.0)),
                            input_shapes=_sample_shapes(ds), samples=True,
-                           **({"input_values": ds.values} if ds.values else {}), **kw)
+                           **({"input_values": ds.values} if ds.values else {}),
+                           **({"carry": ds.carry} if ds.carry else {}), **kw)
 
 
 def _ep_readiness(m: Any, ref_m: Any, eps: Sequence[str], shapes: Dict[str, List[int]]) -> Dict[str, Any]:
@@ -447,7 +448,7 @@ def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_ou
                    run_opts: Dict[str, Any], out_names: Optional[Dict[str, str]]) -> Dict[str, np.ndarray]:
     """The board's outputs over ``inputs_npz``, named and shaped as the reference's (or a
     :class:`ValidationError` saying which one is missing or of another shape)."""
-    out = board.infer(model, str(inputs_npz), target=run_opts.get("target"))
+    out = board.infer(model, str(inputs_npz), target=run_opts.get("target"), **({"carry": ds.carry} if ds.carry else {}))
     if out_names:  # the model's output names differ from the reference's: match by position
         out = {out_names.get(k, k): v for k, v in out.items()}
     out = merge_sample_axis(out, len(ds), ref_out)
@@ -583,6 +584,7 @@ def validate(
     input_values: Any = None,
     sample_axes: Optional[Mapping[str, Optional[int]]] = None,
     ep_readiness: Sequence[str] = (),
+    carry: Optional[Mapping[str, str]] = None,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -607,7 +609,9 @@ def validate(
     is None. ``sample_axes``: which axis of each ``data`` array holds the samples (``None``: the
     array is one value for every sample, e.g. the initial state of a recurrent input).
     ``ep_readiness``: mobile EPs (nnapi, coreml, coreml-mlprogram, xnnpack) whose readiness for the
-    model, at the validated input shapes, goes into the report (``model["ep_readiness"]``)."""
+    model, at the validated input shapes, goes into the report (``model["ep_readiness"]``).
+    ``carry`` (``{output: input}``): a streaming model's recurrent state, fed back across samples
+    (in order, on the reference and on every board) and across the timed runs."""
 
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
@@ -624,12 +628,14 @@ def validate(
     runners = [open_runner(b) for b in boards]
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    from ..targets.measure import as_values, require_control_values
+    from ..targets.measure import as_values, check_carry, require_control_values
 
+    check_carry(carry or {}, m)
     values = as_values(input_values, m.inputs)
     if data is None:
         require_control_values(m, values, "sdk validate")
     ds = _validation_dataset(m, data, labels, preprocess, limit, input_shapes, values, sample_axes)
+    ds.carry = dict(carry or {})
     say = progress or (lambda _msg: None)
     ref_m = _reference_model(m, reference_model)
     if reference is None:
@@ -699,7 +705,7 @@ def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, n
     """The reference outputs of ``ref_m`` over ``ds`` on the host, and the runtime's version."""
     try:
         with HostRunner(reference, name=f"reference:{reference}") as ref:
-            ref_out = ref.run_arrays(ref_m, ds.arrays, stacked=ds.stacked)
+            ref_out = ref.run_arrays(ref_m, ds.arrays, stacked=ds.stacked, carry=ds.carry or None)
             ref_version = ref.check().get("runtimes", {}).get(reference)
     except EdgeSDKError as exc:
         raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc

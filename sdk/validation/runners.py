@@ -47,7 +47,8 @@ class Runner(Protocol):
 
     def infer(self, __model: Any, __feeds_npz: Union[str, "os.PathLike[str]"], *,
               target: Optional[str] = None) -> Mapping[str, Any]:
-        """Run every sample of an ``.npz`` (one array per input name, samples along axis 0)."""
+        """Run every sample of an ``.npz`` (one array per input name, samples along axis 0);
+        ``carry=`` (``{output: input}``, when given) runs them in order with the state carried."""
         ...
 
     def benchmark(self, __model: Any, *, target: Optional[str] = None, precision: Optional[str] = None,
@@ -112,22 +113,29 @@ class HostRunner:
             self._sessions[key] = tgt.open(tgt.prepare(m))
         return self._sessions[key]
 
-    def run_arrays(self, model: Any, inputs: Mapping[str, np.ndarray], stacked: bool = False) -> Dict[str, np.ndarray]:
+    def run_arrays(self, model: Any, inputs: Mapping[str, np.ndarray], stacked: bool = False,
+                   carry: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
         """Run every sample of ``inputs`` (samples along axis 0); batched when the model's batch
         dim is dynamic, else one sample at a time. Returns outputs with samples along axis 0.
-        ``stacked``: each array is ``[n, *input_shape]``, one feed per sample, outputs stacked."""
+        ``stacked``: each array is ``[n, *input_shape]``, one feed per sample, outputs stacked.
+        ``carry`` (``{output: input}``): one sample at a time, in order, each fed the state the one
+        before left (the first keeps its own)."""
+        from ..targets.measure import CarriedRuns
+
         session = self._session(model)
+        run = CarriedRuns(session, carry).run if carry else session.run
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         if stacked:
             # stacked samples (an input without a batch axis): one feed per sample, outputs stacked
             n = len(next(iter(arrays.values())))
-            outs = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
+            outs = [run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
             return {k: np.stack([np.asarray(o[k]) for o in outs]) for k in outs[0]} if outs else {}
         counts = {len(a) for a in arrays.values()}
         if len(counts) != 1:
             raise InputError(f"inputs have different sample counts {sorted(counts)}")
         n = counts.pop()
-        dynamic = all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0) for s in session.inputs)
+        dynamic = not carry and all(s.shape and not (isinstance(s.shape[0], int) and s.shape[0] >= 0)
+                                    for s in session.inputs)
         if dynamic:
             per = max(1, sum(a[:1].nbytes for a in arrays.values()))
             step = max(1, min(n, _CHUNK_BYTES // per))
@@ -135,13 +143,13 @@ class HostRunner:
             step = 1
         parts: Dict[str, list] = {}
         for i in range(0, n, step):
-            out = session.run({k: np.ascontiguousarray(a[i:i + step]) for k, a in arrays.items()})
+            out = run({k: np.ascontiguousarray(a[i:i + step]) for k, a in arrays.items()})
             for k, v in out.items():
                 parts.setdefault(k, []).append(np.asarray(v))
         return {k: _join(v, batched=dynamic) for k, v in parts.items()}
 
     def infer(self, model: Any, inputs_npz_path: Union[str, os.PathLike], target: Optional[str] = None,
-              **_ignored: Any) -> Dict[str, np.ndarray]:
+              carry: Optional[Mapping[str, str]] = None, **_ignored: Any) -> Dict[str, np.ndarray]:
         """Run the samples of an ``.npz`` (one array per input name, samples along axis 0) with
         this runner's target (``target`` must be it or None: a host runner has one target)."""
         if target not in (None, self.target) and self.target is not None:
@@ -154,17 +162,15 @@ class HostRunner:
             arrays = {k: npz[k] for k in npz.files}
         session = self._session(model, target)
         ranks = {s.name: len(s.shape) for s in session.inputs}
-        if arrays and all(k in ranks and a.ndim == ranks[k] + 1 for k, a in arrays.items()):
-            # the board agent's convention: an extra leading axis indexes samples, one feed each
-            n = len(next(iter(arrays.values())))
-            per = [session.run({k: np.ascontiguousarray(a[i]) for k, a in arrays.items()}) for i in range(n)]
-            return {k: np.stack([np.asarray(p[k]) for p in per]) for k in per[0]} if per else {}
-        return self.run_arrays(model, arrays)
+        # the board agent's convention: an extra leading axis indexes samples, one feed each
+        stacked = bool(arrays) and all(k in ranks and a.ndim == ranks[k] + 1 for k, a in arrays.items())
+        return self.run_arrays(model, arrays, stacked=stacked, carry=carry)
 
     def benchmark(self, model: Any, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
                   warmup: int = 10, data: Any = None, samples: bool = True, early_stop: Any = None,
-                  input_values: Optional[Mapping[str, Any]] = None) -> "BenchResult":
+                  input_values: Optional[Mapping[str, Any]] = None,
+                  carry: Optional[Mapping[str, str]] = None) -> "BenchResult":
         """Latency on this host (``sdk.targets.benchmark``): the same :class:`sdk.result.BenchResult`
         as a board's, with ``board`` = this runner, ``device`` = host facts, and no power figures
         (null, with the reason)."""
@@ -178,7 +184,7 @@ class HostRunner:
                 shapes[s.name] = s.resolve(default_dim=1)
         res = benchmark(m, target or self.target, target_options=self.options, input_shapes=shapes or None,
                         data=data, warmup=warmup, runs=runs, min_seconds=min_seconds, early_stop=early_stop,
-                        input_values=input_values)
+                        input_values=input_values, carry=carry)
         res.board = {"name": self.name}
         res.precision = {"requested": precision or "fp32", "applied_as_option": False,
                          "note": "the host runner runs the model as stored"}

@@ -121,9 +121,13 @@ def test_state_and_rate_run_with_values_data_and_carry(board_env, tmp_path):
     res = json.loads((tmp_path / "b.json").read_text())
     assert res["settings"]["carry"] == {"stateN": "state"}
     proc = sdk(board_env, "validate", m.path, "--board", "local", "--data", data, "--sample-axis", "state=none",
-               "--input-value", "sr=16000", "-q", "--json", tmp_path / "vd.json")
+               "--input-value", "sr=16000", "--carry", "stateN=state", "-q", "--json", tmp_path / "vd.json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert json.loads((tmp_path / "vd.json").read_text())["data"]["samples"] == 6
+    vd = json.loads((tmp_path / "vd.json").read_text())
+    assert vd["data"]["samples"] == 6 and vd["data"]["carry"] == {"stateN": "state"}
+    assert vd["boards"][0]["benchmark"]["settings"]["carry"] == {"stateN": "state"}
+    # the stream through the board with the state carried equals the host's FP32 stream
+    assert all(c["cosine"] > 0.9999 for c in vd["boards"][0]["compare"].values()), vd["boards"][0]["compare"]
     without = sdk(board_env, "bench", m.path, "--data", data, "--input-value", "sr=16000", *FAST)
     assert "sample counts" in assert_one_error_line(without, 2) or without.returncode == 2
 
