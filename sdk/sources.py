@@ -486,8 +486,9 @@ class ArraySource(Source):
         names = [s.name for s in self.specs if s.name not in self.values]
         if f.suffix == ".npy":
             if len(names) != 1:
-                raise InputError(f"{f}: a .npy file holds one array, but the model has {len(names)} inputs",
-                                 "save an .npz with one array per input name")
+                raise InputError(f"{f}: a .npy file holds one array, but the model has {len(names)} inputs "
+                                 f"({', '.join(names)})", "save an .npz with one array per input name, or give "
+                                 "the value of an input that is not data with --input-value NAME=VALUE")
             rows = {names[0]: _NpyRows(f)}
             return rows, None, file_layout({names[0]: rows[names[0]].shape}, self.specs)
         arrays, label = self._npz_arrays(f, names)

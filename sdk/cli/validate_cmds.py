@@ -262,6 +262,7 @@ def robustness_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many samples."),
     preprocess: Optional[List[str]] = typer.Option(
         None, "--preprocess", help="Image preprocessing: a .toml file or KEY=VALUE (size=224x224 ...)."),
+    input_value: Optional[List[str]] = input_value_option(),
     report: Optional[str] = typer.Option(None, "--report", help="Write the HTML report here."),
     json_path: Optional[str] = typer.Option(
         None, "--json", help="Write the result JSON here ('-' for stdout); with --inventory one document per board "
@@ -280,7 +281,7 @@ def robustness_cmd(
         check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
     out = run_robustness(model, data, target=target, board=board, labels=labels, corruptions=corruptions,
                          severities=severities, seed=seed, limit=limit, spec=spec,
-                         preprocess=parse_preprocess(preprocess))
+                         preprocess=parse_preprocess(preprocess), input_values=list(input_value or []))
     if report:
         _write_text(report, robustness_html(out))
     if json_path:

@@ -28,11 +28,14 @@ def run_robustness(
     limit: Optional[int] = None,
     spec: Any = None,
     preprocess: Any = None,
+    input_values: Any = None,
 ) -> Dict[str, Any]:
     """Sweep ``model`` over the inputs of ``data`` on a host ``target`` (default: the one that runs the model's format) or
     a ``board``. Settings not given come from the spec's ``[robustness]`` section, then the
-    defaults (all corruptions, severities 1-5, seed 0). Returns a dict: ``model``, ``data``,
-    ``runner``, ``robustness`` (the sweep), ``checks`` and ``verdict`` (pass/fail)."""
+    defaults (all corruptions, severities 1-5, seed 0). ``input_values``: values of inputs that are
+    not data (``{"gain": 2.0}`` or ``["gain=2"]``), fed unchanged with every corrupted sample.
+    Returns a dict: ``model``, ``data``, ``runner``, ``robustness`` (the sweep), ``checks`` and
+    ``verdict`` (pass/fail)."""
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
 
@@ -48,7 +51,10 @@ def run_robustness(
     m = model if isinstance(model, Model) else Model.load(model)
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
-    ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess)
+    from ..targets.measure import as_values
+
+    values = as_values(input_values, m.inputs)
+    ds = load_dataset(data, m.inputs, labels=labels, preprocess=preprocess, values=values)
     runner = HostRunner(target) if board is None else open_runner(board)   # no target: the model's format's
     with runner as r:
         board_target = (spec.run.get("target") if spec is not None else None) if board is not None else None

@@ -277,15 +277,18 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
                   target: Optional[str] = None):
     """Run :func:`sdk.robustness.sweep` with ``runner.infer`` on the samples of ``ds`` (image
     folders: the decoded images are corrupted before preprocessing; arrays: a single image-shaped
-    input is corrupted within its value range). Returns a :class:`~sdk.robustness.RobustnessResult`."""
+    input is corrupted within its value range). Inputs with a value (``ds.values``, ``--input-value``)
+    go with every sample unchanged. Returns a :class:`~sdk.robustness.RobustnessResult`."""
     from ..data import save_npz
     from ..robustness import from_hwc, sweep, to_hwc
 
     n = len(ds) if limit is None else min(limit, len(ds))
     labels = None if ds.labels is None else ds.labels[:n]
-    if len(ds.arrays) != 1:
-        raise InputError("the robustness sweep needs a model with one image input")
-    name = next(iter(ds.arrays))
+    data_inputs = [k for k in ds.arrays if k not in ds.values]
+    if len(data_inputs) != 1:
+        raise InputError("the robustness sweep needs a model with one image input",
+                         "give the other inputs' values with --input-value NAME=VALUE")
+    name = data_inputs[0]
     # a folder of its own: boards of a fleet sweep at the same time
     tmp = tempfile.TemporaryDirectory(prefix="edgesdk-robust-", dir=str(workdir) if workdir else None)
     where = Path(tmp.name)
@@ -296,7 +299,10 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
     def infer(batch: np.ndarray) -> Dict[str, np.ndarray]:
         calls[0] += 1
         p = where / f"robust_{calls[0]}.npz"
-        arrays = {name: batch} if specs is None else board_arrays(specs, {name: batch})
+        if ds.values:   # one feed per sample (the board protocol's stacked layout): the row and each value
+            arrays = {name: batch[:, None], **{k: np.broadcast_to(v, (len(batch),) + v.shape) for k, v in ds.values.items()}}
+        else:
+            arrays = {name: batch} if specs is None else board_arrays(specs, {name: batch})
         save_npz(p, arrays)
         try:
             return merge_sample_axis(runner.infer(model, str(p), target=target), len(batch))
@@ -308,6 +314,8 @@ def robustness_on(runner: Any, model: Any, ds: Dataset, corruptions: Any = None,
             return sweep(infer, ds.images[:n], prepare=ds.prepare, labels=labels, corruptions=corruptions,
                          severities=severities, seed=seed)
         x = ds.arrays[name][:n]
+        if ds.stacked and x.ndim >= 2 and x.shape[1] == 1:   # [n, 1, ...]: one sample per feed, batch 1
+            x = x[:, 0]
         if not np.issubdtype(x.dtype, np.floating) and x.dtype != np.uint8:
             raise InputError(f"the robustness sweep cannot corrupt {x.dtype} inputs", "use images or float/uint8 arrays")
         hwc, layout = to_hwc(x)

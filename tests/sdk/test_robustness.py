@@ -118,3 +118,59 @@ def test_sweep_with_the_example_model(example_model, example_eval):
     assert res.worst("top1_drop", severities=[1])["severity"] == 1
     with pytest.raises(InputError, match="labels"):
         sweep(infer, list(hwc), labels=y[:5], corruptions=["noise"], severities=[1])
+
+
+def _gain_model(path):
+    """``image [N, 3, 8, 8]`` times ``gain`` (a float scalar input that is not data), then the
+    per-channel mean: ``y [N, 3]`` (its value is gain x the channel means, so a wrong gain shows)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["image", "gain"], ["scaled"]),
+         helper.make_node("ReduceMean", ["scaled"], ["y"], axes=[2, 3], keepdims=0)],
+        "gain", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["N", 3, 8, 8]),
+                 helper.make_tensor_value_info("gain", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.mark.parametrize("board", [None, "local"])
+def test_sweep_of_a_model_with_an_input_value(tmp_path, board, monkeypatch):
+    """The image input is corrupted, the value input goes with every sample unchanged (host and
+    the local board's agent); without --input-value the sweep says which option to give."""
+    from sdk.validation import run_robustness
+
+    if board:
+        monkeypatch.setenv("HOME", str(tmp_path))   # the local board's workdir under this test's HOME
+    model = _gain_model(tmp_path / "gain.onnx")
+    rng = np.random.default_rng(0)
+    data = tmp_path / "images.npy"
+    np.save(data, rng.uniform(0, 1, size=(6, 3, 8, 8)).astype(np.float32))
+    with pytest.raises(InputError, match="--input-value"):
+        run_robustness(model, data, board=board, corruptions="noise", severities="1")
+    out = run_robustness(model, data, board=board, corruptions="noise,brightness", severities="1,5",
+                         input_values=["gain=2"])
+    rows = out["robustness"]["rows"]
+    assert len(rows) == 4 and out["verdict"] == "pass"
+    cos = {(r["corruption"], r["severity"]): r["cosine"] for r in rows}
+    assert cos[("noise", 5)] < cos[("noise", 1)] <= 1.0          # more noise, more drift
+    assert out["data"]["samples"] == 6
+
+
+def test_robustness_cli_takes_input_values(tmp_path, capsys):
+    import json
+
+    from tests.clirun import run_cli
+
+    model = _gain_model(tmp_path / "gain.onnx")
+    data = tmp_path / "images.npy"
+    np.save(data, np.random.default_rng(1).uniform(0, 1, size=(4, 3, 8, 8)).astype(np.float32))
+    code, _, err = run_cli(["robustness", model, "--data", data, "--corruptions", "blur", "--severities", "2",
+                            "--input-value", "gain=0.5", "--json", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    rows = json.loads((tmp_path / "r.json").read_text())["robustness"]["rows"]
+    assert [(r["corruption"], r["severity"]) for r in rows] == [("blur", 2)]
