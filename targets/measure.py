@@ -341,11 +341,13 @@ def benchmark_pair(
     warmup: int = 5,
     seed: int = 0,
     workdir: Optional[Union[str, os.PathLike]] = None,
+    input_values: Any = None,
 ) -> PairTiming:
     """Time A and B side by side: both opened on one ``target`` with the same options, the same
     feeds (``data``, or seeded random inputs of ``input_shapes``; both models must take them), then
     ``rounds`` interleaved rounds of about ``round_s`` seconds per model, the order alternating
-    (A B, B A, ...). Judge the result with :func:`sdk.compare.compare_paired`."""
+    (A B, B A, ...). ``input_values``: values of inputs that are not data (as :func:`benchmark`;
+    an input that chooses a branch needs one). Judge the result with :func:`sdk.compare.compare_paired`."""
     from ..formats import default_target
     from ..model import Model
 
@@ -362,7 +364,11 @@ def benchmark_pair(
     art_b = tgt.prepare(mb, workdir=workdir)
     with tgt.open(art_a) as sa, tgt.open(art_b) as sb:
         check_input_names(input_shapes or {}, sa.inputs)
-        feeds = _feeds_for(sa, input_shapes, data, seed)
+        values = as_values(input_values, sa.inputs)
+        if data is None:
+            for m in (ma, mb):
+                require_control_values(m, values, "sdk compare")
+        feeds = _feeds_for(sa, input_shapes, data, seed, values)
         for i, f in enumerate(feeds):
             check_feed(f, sb.inputs, source=f"input sample {i} (for B)")
         runners = [_cycling_runner(s, feeds) for s in (sa, sb)]

@@ -77,7 +77,7 @@ def bench_cmd(
         from .compare_cmds import print_paired, run_paired
 
         cmp = run_paired(against, model, target=target, input_shape=input_shape, threads=threads, data=data,
-                         rounds=21, round_seconds=0.1, threshold=None)
+                         rounds=21, round_seconds=0.1, threshold=None, input_value=input_value)
         if json_path:
             write_json(json_path, cmp.to_dict())
         if json_path != "-":

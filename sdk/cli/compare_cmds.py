@@ -5,6 +5,8 @@ from typing import Any, List, Optional
 
 import typer
 
+from ._common import input_value_option
+
 
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
@@ -22,6 +24,7 @@ def compare_cmd(
                                                               "probe-normalised latency instead of INCONCLUSIVE."),
     target: Optional[str] = typer.Option(None, "--target", "-t", help="Models: the target both run on."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="Models: NAME=1x3x224x224; repeatable."),
+    input_value: Optional[List[str]] = input_value_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Models: runtime threads of both."),
     data: Optional[str] = typer.Option(None, "--data", help="Models: real inputs (.npy/.npz file or folder)."),
     rounds: int = typer.Option(21, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
@@ -43,7 +46,8 @@ def compare_cmd(
             raise InputError("sdk compare takes two result files or two models, not one of each",
                              "give both --json results, or both models")
         cmp_paired = run_paired(a, b, target=target, input_shape=input_shape, threads=threads, data=data,
-                                rounds=rounds, round_seconds=round_seconds, threshold=threshold)
+                                rounds=rounds, round_seconds=round_seconds, threshold=threshold,
+                                input_value=input_value)
         if json_path:
             write_json(json_path, cmp_paired.to_dict())
         if json_path != "-":
@@ -62,7 +66,8 @@ def compare_cmd(
 
 
 def run_paired(a: str, b: str, *, target: Optional[str], input_shape: Optional[List[str]], threads: Optional[int],
-               data: Optional[str], rounds: int, round_seconds: float, threshold: Optional[float]) -> Any:
+               data: Optional[str], rounds: int, round_seconds: float, threshold: Optional[float],
+               input_value: Optional[List[str]] = None) -> Any:
     """A and B timed in interleaved rounds here (:func:`sdk.targets.measure.benchmark_pair`) and
     judged on their paired ratios (:func:`sdk.compare.compare_paired`)."""
     from ..compare import PAIRED_THRESHOLD_PCT, compare_paired
@@ -71,7 +76,7 @@ def run_paired(a: str, b: str, *, target: Optional[str], input_shape: Optional[L
 
     timing = benchmark_pair(a, b, target, target_options={"threads": threads} if threads else None,
                             input_shapes=parse_input_shapes(input_shape or []), data=data, rounds=rounds,
-                            round_s=round_seconds)
+                            round_s=round_seconds, input_values=list(input_value or []) or None)
     return compare_paired(timing.a_round_ms, timing.b_round_ms,
                           PAIRED_THRESHOLD_PCT if threshold is None else threshold)
 

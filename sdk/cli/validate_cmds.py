@@ -68,6 +68,8 @@ def validate_cmd(
     baseline: Optional[str] = typer.Option(
         None, "--baseline", help="Earlier results (sdk bench/push/validate --json): fail a board whose p50 regressed "
                                  "beyond [budgets] max_regression_pct (default 5%) with intervals apart."),
+    normalize: bool = typer.Option(False, "--normalize", help="With --baseline: when the runs' speed probes differ, "
+                                                              "judge on probe-normalised latency instead of skipping."),
     inventory: Optional[List[str]] = typer.Option(None, "--inventory", "-i", help=INVENTORY_HELP),
     hosts: Optional[str] = typer.Option(None, "--hosts", help=LIMIT_HELP + " (--limit counts samples here)"),
     forks: int = typer.Option(8, "--forks", "-f", min=1, help=FORKS_HELP),
@@ -96,6 +98,10 @@ def validate_cmd(
     from ..validation import validate
     from ._common import check_output, console
 
+    if normalize and not baseline:
+        from ..errors import InputError
+
+        raise InputError("--normalize needs --baseline FILE", "give the earlier results to compare with")
     for path, opt in ((report, "--report"), (junit, "--junit"), (json_path, "--json")):
         check_output(path, opt, stdout_ok=opt == "--json")      # before any work: no late failure
     if ep:
@@ -115,6 +121,7 @@ def validate_cmd(
                       reference_model=reference_model,
                       preprocess=parse_preprocess(preprocess), limit=limit,
                       progress=None if quiet else _progress, baseline=baseline, max_workers=forks, strict=strict,
+                      normalize=normalize,
                       input_shapes=parse_input_shapes(input_shape or []) or None,
                       input_values=list(input_value or []), carry=parse_carry(carry),
                       sample_axes=_sample_axes(model, sample_axis),

@@ -146,10 +146,12 @@ def _regression(run, spec, limit):
         return SKIP, None, "no latency result"
     if run.baseline is None:
         return SKIP, None, run.baseline_note or "no baseline given (--baseline FILE)"
-    cmp = compare_results(run.baseline, run.bench, threshold_pct=float(limit))
+    cmp = compare_results(run.baseline, run.bench, threshold_pct=float(limit),
+                          normalize=bool(getattr(run, "baseline_normalize", False)))
     c = cmp.change("p50")
     ci = "" if c.change_ci_pct is None else f" (95% interval {c.change_ci_pct[0]:+.1f}..{c.change_ci_pct[1]:+.1f} %)"
-    where = f"p50 {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
+    scaled = " (probe-normalised)" if cmp.normalized else ""
+    where = f"p50{scaled} {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
     if cmp.inconclusive:
         return SKIP, round(c.change_pct, 3), f"{where}: inconclusive, {'; '.join(cmp.reasons_naming(_RUN_NAMES))}"
     if c.verdict == SLOWER:

@@ -51,6 +51,8 @@ class BoardRun:
     bench_fp32: Optional[BenchResult] = None
     baseline: Optional[BenchResult] = None
     baseline_note: Optional[str] = None
+    #: judge the baseline on probe-normalised latency when the machine's speed moved (``--normalize``)
+    baseline_normalize: bool = False
     compare: Optional[Dict[str, Dict[str, float]]] = None
     accuracy: Optional[Dict[str, Any]] = None
     robustness: Optional[Dict[str, Any]] = None
@@ -375,6 +377,7 @@ class _Extras:
     fp32_model: Any = None
     baselines: Optional[List[BenchResult]] = None
     baseline_source: str = ""
+    normalize: bool = False
 
     def attach(self, run: BoardRun, board: Any, ds: Dataset, run_opts: Dict[str, Any], say: Callable[[str], None],
                label: str) -> None:
@@ -382,6 +385,7 @@ class _Extras:
 
         if self.baselines is not None and run.bench is not None:
             run.baseline = find_baseline(self.baselines, run.bench)
+            run.baseline_normalize = self.normalize
             key = run.bench.key
             run.baseline_note = (f"baseline from {self.baseline_source}" if run.baseline is not None else
                                  f"{self.baseline_source} holds no result of this model x board x target x runtime "
@@ -520,10 +524,10 @@ def _run_fleet(runners: Sequence[Any], one: Callable[[int], BoardRun], parallel:
     return [results[i] for i in range(len(runners))]
 
 
-def _extras(spec: Any, fp32_model: Any, baseline: Any) -> Optional[_Extras]:
+def _extras(spec: Any, fp32_model: Any, baseline: Any, normalize: bool = False) -> Optional[_Extras]:
     from ..compare import load_results
 
-    extras = _Extras()
+    extras = _Extras(normalize=normalize)
     if spec is not None and "min_speedup_vs_fp32" in spec.budgets:
         extras.fp32_model = fp32_model
     if baseline is not None:
@@ -593,6 +597,7 @@ def validate(
     sample_axes: Optional[Mapping[str, Optional[int]]] = None,
     ep_readiness: Sequence[str] = (),
     carry: Optional[Mapping[str, str]] = None,
+    normalize: bool = False,
 ) -> ValidationResult:
     """Validate ``model`` on each of ``boards`` (names, or runner objects with ``check``/``infer``/
     ``benchmark``) with the inputs of ``data`` (and ``labels``). ``spec``: a
@@ -619,7 +624,9 @@ def validate(
     ``ep_readiness``: mobile EPs (nnapi, coreml, coreml-mlprogram, xnnpack) whose readiness for the
     model, at the validated input shapes, goes into the report (``model["ep_readiness"]``).
     ``carry`` (``{output: input}``): a streaming model's recurrent state, fed back across samples
-    (in order, on the reference and on every board) and across the timed runs."""
+    (in order, on the reference and on every board) and across the timed runs. ``normalize``: a
+    baseline whose run's speed probe moved is judged on probe-normalised latency (labelled so)
+    instead of being inconclusive (as ``sdk compare --normalize``)."""
 
     from ..model import Model
     from ..spec import ValidationSpec, load_spec
@@ -655,7 +662,7 @@ def validate(
     _check_labels(ds, ref_out)
     out_names = _output_names(m, ref_m)
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
-    extras = _extras(spec, ref_m, baseline)
+    extras = _extras(spec, ref_m, baseline, normalize)
     reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
                        "model_sha256": ref_m.sha256,
                        "outputs": {k: list(v.shape) for k, v in ref_out.items()}}

@@ -129,6 +129,26 @@ def test_baseline_check_reports_not_comparable():
     assert verdict[0] == "fail"
 
 
+
+def test_baseline_check_with_normalize_judges_on_probe_scaled_latency():
+    """validate --normalize: B's p50 scaled by probe_A / probe_B. 14.0 ms with a probe 1.4x slower
+    is 10.0 ms of the baseline's machine: a pass; 15.4 ms with the same probe is 11.0 ms: +10 %,
+    a regression beyond 5 %. Without --normalize both are skipped as inconclusive."""
+    from types import SimpleNamespace
+
+    from sdk.validation.checks import CHECKS
+
+    fn = CHECKS.load("latency.regression").fn
+    base = _result(10.0, [1.0] * 7, [1.0] * 7, khz=2.0e6)
+    same = _result(14.0, [1.4] * 7, [1.4] * 7, khz=2.0e6)
+    slower = _result(15.4, [1.4] * 7, [1.4] * 7, khz=2.0e6)
+    for bench, expect, change in ((same, "pass", 0.0), (slower, "fail", 10.0)):
+        plain = fn(SimpleNamespace(bench=bench, baseline=base, baseline_note=None), None, 5.0)
+        assert plain[0] == "skip", plain
+        got = fn(SimpleNamespace(bench=bench, baseline=base, baseline_note=None, baseline_normalize=True), None, 5.0)
+        assert got[0] == expect and got[1] == pytest.approx(change, abs=0.05) and "probe-normalised" in got[2], got
+
+
 def test_paired_verdicts_on_constructed_rounds():
     # 21 rounds; the machine's speed swings by 40 % across them, but A and B swing together.
     swing = [1.0 + 0.4 * ((i * 7) % 21) / 20 for i in range(21)]
@@ -171,3 +191,8 @@ def test_bench_run_carries_the_probe(example_model, tmp_path, capsys):
     r = load_result(out)
     assert r.stats.noise.probe is not None and len(r.stats.noise.probe.before_ms) == 7
     assert r.stats.noise.probe_ms > 0
+
+
+def test_validate_normalize_needs_a_baseline(example_model, capsys):
+    code, _, err = run_cli(["validate", example_model, "--board", "host:onnxruntime", "--normalize", "-q"], capsys)
+    assert code == 2 and err.strip() == "error: --normalize needs --baseline FILE (give the earlier results to compare with)"

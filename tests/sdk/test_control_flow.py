@@ -185,3 +185,19 @@ def test_data_that_steers_a_loop_is_noted_not_refused(tmp_path):
     assert "input 'x'" in note and "--data" in note
     assert "notes" not in benchmark(p, data={"x": np.ones((1, 4), np.float32)}, runs=2, min_seconds=0,
                                     warmup=0).settings
+
+
+def test_interleaved_compare_takes_input_values(models, capsys):
+    """`sdk compare A.onnx B.onnx` (and bench --against) with a branch-choosing input: refused
+    without its value (one line naming it), run with it."""
+    from tests.clirun import run_cli
+
+    shapes = ["--input-shape", "x=1x4", "--input-shape", "state=2x1x3"]
+    fast = ["--rounds", "6", "--round-seconds", "0.005"]
+    code, _, err = run_cli(["compare", models["if"], models["if"], *shapes, *fast], capsys)
+    assert code == 2 and "'sr'" in err and "--input-value sr=" in err and len(err.strip().splitlines()) == 1, err
+    code, out, err = run_cli(["compare", models["if"], models["if"], *shapes, *fast, "--input-value", "sr=16000"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["bench", models["if"], "--against", models["if"], *shapes, "--input-value", "sr=8000"],
+                             capsys)
+    assert code == 0, err
