@@ -57,6 +57,19 @@ class Subgraph:
             for t in n.input:
                 self.consumers.setdefault(t, []).append(i)
 
+    def learn_shapes(self, values: Mapping[str, np.ndarray]) -> None:
+        """Take the shapes (and types) of tensors shape inference could not follow from ``values``
+        (tensors computed for real, e.g. by a reference model)."""
+        from onnx import helper
+
+        for name, v in values.items():
+            vi = self.value_info.get(name)
+            if vi is None or not vi.type.tensor_type.HasField("shape"):
+                arr = np.asarray(v)
+                et = (vi.type.tensor_type.elem_type if vi is not None and vi.type.tensor_type.elem_type
+                      else helper.np_dtype_to_tensor_dtype(arr.dtype))
+                self.value_info[name] = helper.make_tensor_value_info(name, et, list(arr.shape))
+
     def nodes_of(self, units: Iterable[int]) -> List[int]:
         """The node indices of ``units`` (indices into :attr:`units`), in graph order."""
         return sorted(i for u in units for i in self.units[u])
@@ -99,7 +112,8 @@ class Subgraph:
 
     def extract_of(self, idx: Iterable[int], outputs: Optional[Sequence[str]] = None) -> Any:
         """The model of the nodes ``idx`` (with the Constant nodes and weights they read); its
-        outputs: :meth:`outputs_of`, or ``outputs`` (tensors they make)."""
+        outputs: :meth:`outputs_of`, or ``outputs`` (tensors they make; declared with their shape
+        only where shape inference knew it)."""
         from onnx import helper
 
         keep = sorted(idx)
@@ -108,16 +122,21 @@ class Subgraph:
         consts = [self.const_nodes[t] for t in self.const_nodes if t in reads]
         inits = [self.inits[t] for t in self.inits if t in reads]
         ins = [self._vi(t) for t in self.boundary_of(keep)]
-        outs = [self._vi(t) for t in (list(outputs) if outputs is not None else self.outputs_of(keep))]
+        if outputs is None:
+            outs = [self._vi(t) for t in self.outputs_of(keep)]
+        else:
+            outs = [self._vi(t, guess=False) for t in outputs]
         graph = helper.make_graph(consts + nodes, f"{self.proto.graph.name}_{keep[0]}_{keep[-1]}", ins, outs, inits)
         model = helper.make_model(graph, opset_imports=list(self.proto.opset_import))
         model.ir_version = self.proto.ir_version
         return model
 
-    def _vi(self, name: str) -> Any:
+    def _vi(self, name: str, guess: bool = True) -> Any:
         from onnx import TensorProto, helper
 
-        vi = self._typed(name, 0)
+        vi = self._typed(name, 0) if guess else self.value_info.get(name)
+        if vi is not None and vi.type.tensor_type.elem_type and not vi.type.tensor_type.HasField("shape"):
+            return helper.make_tensor_value_info(name, vi.type.tensor_type.elem_type, None)
         if vi is not None and vi.type.tensor_type.elem_type:
             out = helper.make_tensor_value_info(name, vi.type.tensor_type.elem_type, None)
             out.type.CopyFrom(vi.type)
