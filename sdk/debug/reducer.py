@@ -199,7 +199,8 @@ class ReduceResult:
     def summary(self) -> str:
         layers = ""
         if self.failing_layers and len(self.failing_layers) != len(self.failing_nodes):
-            layers = f"; {len(self.failing_layers)} layers: {', '.join(self.failing_layers)}"
+            k = len(self.failing_layers)
+            layers = f"; {k} layer{'' if k == 1 else 's'}: {', '.join(self.failing_layers)}"
         return (f"{len(self.failing_nodes)} of {self.nodes_total} nodes still fail ({', '.join(self.failing_ops)}{layers}) "
                 f"after {self.runs} runs of the check: {self.message}")
 
