@@ -63,6 +63,7 @@ class Check:
             from .reference import Reference
 
             self.ref = Reference(self.reference, sub, feed)
+            self.unjudged = []
 
     def known(self) -> Optional[Dict[str, np.ndarray]]:
         """The boundary values a subgraph is fed from the reference (None: none)."""
