@@ -109,3 +109,18 @@ def test_cli_and_bad_input(planted, tmp_path, capsys):
         assert code == 2 and lines[-1].startswith("error: ") and says in lines[-1] and "Traceback" not in err, (args, err)
     with pytest.raises(InputError, match="passes the check"):
         reduce(bad, "diff:-200@onnxruntime", corpus.sample_inputs(name, 1, seed=1)[0], reference=src)
+
+
+def test_unit_by_unit_pass_drops_what_the_failure_does_not_need():
+    from sdk.debug.reducer import _shrink
+
+    calls = []
+
+    def probe(units):  # a failure that needs units 3 and 7 together (two branches meeting later)
+        calls.append(tuple(units))
+        return {3, 7} <= set(units)
+
+    kept, b = _shrink(probe, 12, lambda: True)
+    assert kept == [3, 7] and b == 7 and len(calls) <= 12
+    kept, _ = _shrink(probe, 12, lambda: False)  # no runs left after bisection: its range stands
+    assert kept == [3, 4, 5, 6, 7]
