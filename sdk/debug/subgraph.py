@@ -242,23 +242,20 @@ def _layers(nodes: Sequence[Any], weights: Set[str]) -> Optional[List[List[int]]
     for i, n in enumerate(nodes):
         for t in n.input:
             consumers.setdefault(t, []).append(i)
-    owner: Dict[int, int] = {}     # node -> the node whose layer it joins (itself: it heads one)
-    attached: Dict[int, int] = {}  # weight-only node -> the first node reading its output
+    attached = _attached(nodes, weights, consumers)
+    owner: Dict[int, int] = {}         # node -> the node heading its layer
 
-    def head(i: int, depth: int = 0) -> int:
-        if i in owner:
-            return owner[i]
-        n = nodes[i]
-        j = i
-        if n.op_type in _QDQ and n.input and n.input[0] in producer:
-            j = head(producer[n.input[0]], depth + 1) if depth < 64 else i
-        elif all((not t) or t in weights for t in n.input):
-            readers = [c for o in n.output for c in consumers.get(o, [])]
-            if readers:
-                attached[i] = min(readers)
-                j = head(min(readers), depth + 1) if depth < 64 else i
-        owner[i] = j
-        return j
+    def head(i: int) -> int:
+        if i not in owner:
+            n = nodes[i]
+            if i in attached:
+                j = attached[i]
+                owner[i] = i if j == i else head(j)
+            elif n.op_type in _QDQ and n.input and n.input[0] in producer and producer[n.input[0]] not in attached:
+                owner[i] = head(producer[n.input[0]])
+            else:
+                owner[i] = i
+        return owner[i]
 
     for i in range(len(nodes)):
         head(i)
@@ -268,7 +265,7 @@ def _layers(nodes: Sequence[Any], weights: Set[str]) -> Optional[List[List[int]]
     ordered = []
     for h in sorted(groups):
         members = groups[h]
-        ordered.append([i for i in members if i in attached] + [i for i in members if i not in attached])
+        ordered.append([i for i in members if i in attached and i != h] + [i for i in members if i not in attached or i == h])
     made: Set[str] = set(weights)
     made.update(t for n in nodes for t in n.input if t and t not in producer)  # the model's inputs
     for unit in ordered:
@@ -277,3 +274,29 @@ def _layers(nodes: Sequence[Any], weights: Set[str]) -> Optional[List[List[int]]
                 return None
             made.update(o for o in nodes[i].output if o)
     return ordered
+
+
+def _attached(nodes: Sequence[Any], weights: Set[str], consumers: Mapping[str, List[int]]) -> Dict[int, int]:
+    """The nodes that compute from weights alone (a weight's DequantizeLinear, its Q -> DQ, a
+    Transpose of it), each -> the first node that reads what they make and is not one of them
+    (itself when none)."""
+    static: Set[str] = set(weights)
+    out: Dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        if all((not t) or t in static for t in n.input):
+            static.update(o for o in n.output if o)
+            out[i] = i
+    for i in out:
+        todo, seen, first = list(nodes[i].output), set(), None
+        while todo:
+            t = todo.pop()
+            for c in consumers.get(t, []):
+                if c in seen:
+                    continue
+                seen.add(c)
+                if c in out:
+                    todo.extend(nodes[c].output)
+                elif first is None or c < first:
+                    first = c
+        out[i] = first if first is not None else i
+    return out
