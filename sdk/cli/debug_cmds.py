@@ -138,8 +138,18 @@ def diff_cmd(
     if report.ranked():
         c.print("largest own error (keep in float first): " + ", ".join(x.candidate_node or x.node for x in report.ranked()[:5]), markup=False)
     if first is not None:
-        c.print(f"explain: sdk debug reduce {against} --fails check:tensorrt   (or keep {first.candidate_node or first.node} "
-                f"in float: sdk quantize ... --exclude {first.candidate_node or first.node})", markup=False)
+        layer = first.candidate_node or first.node
+        keep = f"keep {layer} in float: sdk quantize ... --exclude {layer}"
+        if against.lower().endswith(".onnx"):
+            import shlex
+
+            where = f"board:{board}" if board else "onnxruntime"
+            extra = (["--data", data] if data else []) + [a for s in (input_shape or []) for a in ("--input-shape", s)]
+            line = shlex.join(["sdk", "debug", "reduce", against, "--fails", f"diff:{_reduce_tolerance(report):g}@{where}",
+                               "--reference", model, *extra])
+            c.print(f"explain: {line}   (or {keep})", markup=False)
+        else:
+            c.print(f"explain: {keep}", markup=False)
     if json_path:
         write_json(json_path, report.to_dict())
     if report_path:
@@ -147,21 +157,39 @@ def diff_cmd(
     raise typer.Exit(0 if first is None else 1)
 
 
+def _reduce_tolerance(report: Any) -> float:
+    """The SNR (dB) for ``sdk debug reduce --fails diff:`` that ends at the report's first divergence:
+    between its SNR and the lowest SNR of the tensors before it (accumulated error stays above it)."""
+    first = report.first_divergence
+    before = [x.snr_db for x in report.layers if x.depth < first.depth]
+    ceiling = min(min(before, default=first.snr_db + 2 * report.min_drop_db), first.snr_db + 2 * report.min_drop_db)
+    if ceiling <= first.snr_db:
+        return float(report.min_snr_db)
+    return round(first.snr_db + (ceiling - first.snr_db) / 2, 1)
+
+
 def reduce_cmd(
     model: str = typer.Argument(..., help="The ONNX model that fails."),
-    fails: str = typer.Option(..., "--fails", help="error:PATTERN@TARGET, error:PATTERN@board:NAME or check:TARGET[@V]."),
+    fails: str = typer.Option(..., "--fails", help="error:PATTERN@TARGET, error:PATTERN@board:NAME, check:TARGET[@V], "
+                              "or diff:MIN_SNR_DB@TARGET / diff:MIN_SNR_DB@board:NAME (an output's SNR against "
+                              "--reference below MIN_SNR_DB)."),
+    reference: Optional[str] = typer.Option(None, "--reference", metavar="FP32.onnx",
+                                            help="For diff: the FP32 model MODEL was made from; a subgraph's inputs "
+                                            "are its values, its outputs are compared with its tensors of the same name."),
     out: str = typer.Option(".", "--out", help="Folder for failing.onnx, passing.onnx and their inputs (.npz)."),
     data: Optional[str] = typer.Option(None, "--data", help="One input sample (.npy/.npz); default: seeded random."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="For random inputs: NAME=1x3x224x224."),
     max_runs: int = typer.Option(64, "--max-runs", help="At most this many runs of the check."),
     json_path: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="Write the result JSON ('-': stdout)."),
 ) -> None:
-    """The smallest subgraph that still fails CHECK (bisection), written with inputs to reproduce it."""
+    """The smallest subgraph that still fails CHECK (bisection, then unit by unit), written with inputs to
+    reproduce it. With diff:, the smallest run of layers (each with its Q/DQ nodes) that, fed the FP32
+    reference's values, adds the error: the first diverging layer."""
     from ..debug.reducer import parse_check, reduce
     from ._common import check_output, console, err_console, write_json
 
     check_output(json_path, "--json")
-    check = parse_check(fails)
+    check = parse_check(fails, reference)
     feeds = _feeds(model, data, 1, input_shape)
     result = reduce(model, check, feeds[0], out_dir=out, max_runs=max_runs,
                     progress=lambda line: err_console().print(line, markup=False))
@@ -170,6 +198,8 @@ def reduce_cmd(
         return
     c = console()
     c.print(result.summary(), markup=False)
+    for note in result.notes:
+        c.print(f"note: {note}", markup=False)
     c.print(f"failing: {result.failing_model} (inputs {result.failing_inputs})", markup=False)
     if result.passing_model:
         c.print(f"largest passing: {result.passing_model} ({result.passing_nodes} nodes; inputs {result.passing_inputs})",

@@ -6,6 +6,7 @@ with the targets, in :mod:`sdk.targets.capability`.
     report = sdk.debug.diff("model.onnx", "model_int8.onnx", feeds)
     print(report.first_divergence, report.ranked()[:5])
     result = sdk.debug.reduce("model.onnx", "error:not a registered@onnxruntime", out_dir="min/")
+    result = sdk.debug.reduce("model_int8.onnx", "diff:20@onnxruntime", feed, reference="model.onnx")
 """
 from __future__ import annotations
 

@@ -1,26 +1,35 @@
 """``sdk debug reduce``: the smallest subgraph of an ONNX model that still fails a check, by
-bisection (the shortest failing prefix, then the shortest failing suffix of it), then node by node
-(dropping each remaining node that is not needed for the failure, while runs are left).
+bisection (the shortest failing prefix, then the shortest failing suffix of it), then unit by unit
+(dropping each remaining unit that is not needed for the failure, while runs are left). A unit is a
+node; for a ``diff`` check, a layer (a node with its Q/DQ nodes: :class:`sdk.debug.subgraph.Subgraph`
+with ``layers``).
 
 A check (:func:`parse_check`) is one of:
 
 - ``error:PATTERN@TARGET`` (or ``@board:NAME``): the subgraph is opened and run on that target here
   (or on that board through its agent) and fails when the error's message matches the regular
   expression ``PATTERN``;
-- ``check:TARGET[@VERSION]``: ``sdk.check`` says a node cannot run there (no build, no runtime).
+- ``check:TARGET[@VERSION]``: ``sdk.check`` says a node cannot run there (no build, no runtime);
+- ``diff:MIN_SNR_DB@TARGET`` (or ``@board:NAME``), with an FP32 ``reference`` model: the subgraph
+  runs there and fails when one of its outputs (and every layer output it makes, as the next layer
+  reads it) has an SNR below ``MIN_SNR_DB`` against the reference's tensor of that name
+  (:mod:`sdk.debug.reference`; an output without a counterpart is not judged, and the result says so).
 
 Each candidate subgraph is fed the values its boundary tensors take on the model's inputs
-(computed on this host by the nodes before it). The result writes the minimal failing model and
-the largest passing one found, each with an ``.npz`` of the inputs that reproduce it.
+(computed on this host by the nodes before it); for a ``diff`` check, the reference's values where
+the reference has the tensor, so a subgraph fails only when it contains the layer that adds the
+error. The result writes the minimal failing model and the largest passing one found, each with an
+``.npz`` of the inputs that reproduce it.
 """
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,17 +38,44 @@ from ..errors import EdgeSDKError, InputError
 __all__ = ["Check", "parse_check", "reduce", "ReduceResult", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
+_FORMS = ("write error:PATTERN@TARGET, error:PATTERN@board:NAME, check:TARGET[@VERSION] "
+          "or diff:MIN_SNR_DB@TARGET (with --reference FP32.onnx)")
 
 
 @dataclass
 class Check:
-    """A parsed ``--fails`` check; ``fails(model_proto, inputs)`` -> ``(failed, message)``."""
+    """A parsed ``--fails`` check; ``fails(model_proto, inputs)`` -> ``(failed, message)``. A
+    ``diff`` check is bound to its reference values by :meth:`bind` (which :func:`reduce` calls)."""
 
     text: str
     kind: str
     pattern: str = ""
     target: str = ""
     board: Optional[str] = None
+    min_snr_db: float = 0.0
+    reference: Optional[str] = None
+    ref: Optional[Any] = field(default=None, repr=False)
+    unjudged: List[str] = field(default_factory=list, repr=False)
+
+    def bind(self, sub: Any, feed: Mapping[str, np.ndarray]) -> None:
+        """Run the reference on ``feed`` and map its tensors onto the candidate ``sub`` (diff checks)."""
+        if self.kind == "diff":
+            from .reference import Reference
+
+            self.ref = Reference(self.reference, sub, feed)
+            self.unjudged = []
+
+    def known(self) -> Optional[Dict[str, np.ndarray]]:
+        """The boundary values a subgraph is fed from the reference (None: none)."""
+        return self.ref.known() if self.ref is not None else None
+
+    def outputs(self, sub: Any, idx: Sequence[int]) -> Optional[List[str]]:
+        """The outputs the subgraph of nodes ``idx`` is given (None: its own, :meth:`Subgraph.outputs_of`)."""
+        if self.ref is None:
+            return None
+        outs = list(sub.outputs_of(idx))
+        made = [o for i in sorted(idx) for o in sub.nodes[i].output if o]
+        return outs + [t for t in self.ref.judged(made) if t not in outs]
 
     def fails(self, proto: Any, inputs: Mapping[str, np.ndarray]) -> Tuple[bool, str]:
         if self.kind == "check":
@@ -51,6 +87,13 @@ class Check:
                 report = check(path, self.target)
             bad = report.failing()
             return bool(bad), "; ".join(f"{n.node}: {n.reason}" for n in bad[:3])
+        if self.kind == "diff":
+            if self.ref is None:
+                raise EdgeSDKError("a diff check judges against its reference: bind() it first")
+            outputs = self._run(proto, inputs)
+            failed, message, unjudged = self.ref.compare(outputs, self.min_snr_db)
+            self.unjudged.extend(u for u in unjudged if u not in self.unjudged)
+            return failed, message
         try:
             self._run(proto, inputs)
         except Exception as exc:  # any refusal of the target counts; the pattern decides
@@ -58,7 +101,7 @@ class Check:
             return bool(re.search(self.pattern, message)), message.splitlines()[0] if message else type(exc).__name__
         return False, ""
 
-    def _run(self, proto: Any, inputs: Mapping[str, np.ndarray]) -> None:
+    def _run(self, proto: Any, inputs: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         with tempfile.TemporaryDirectory(prefix="edgesdk-reduce-") as tmp:
             path = Path(tmp) / "sub.onnx"
             _save(proto, path)
@@ -69,37 +112,62 @@ class Check:
                 feeds = Path(tmp) / "inputs.npz"
                 save_npz(feeds, {k: np.asarray(v) for k, v in inputs.items()})
                 with Board(self.board) as board:
-                    board.infer(path, feeds)
-                return
+                    return board.infer(path, feeds)
             from ..model import Model
             from ..targets import get_target
 
             target = get_target(self.target)
             with target.open(target.prepare(Model.load(path))) as session:
-                session.run({k: np.asarray(v) for k, v in inputs.items()})
+                return session.run({k: np.asarray(v) for k, v in inputs.items()})
 
 
-def parse_check(text: str) -> Check:
-    """``error:PATTERN@TARGET``, ``error:PATTERN@board:NAME`` or ``check:TARGET[@VERSION]``."""
+def parse_check(text: str, reference: Optional[Any] = None) -> Check:
+    """``error:PATTERN@TARGET``, ``error:PATTERN@board:NAME``, ``check:TARGET[@VERSION]``, or
+    ``diff:MIN_SNR_DB@TARGET`` / ``diff:MIN_SNR_DB@board:NAME`` with ``reference`` (the FP32 .onnx)."""
     kind, sep, rest = text.partition(":")
+    if reference is not None and kind != "diff":
+        raise InputError(f"--reference is for diff checks, not '{text}'",
+                         "write --fails diff:MIN_SNR_DB@TARGET, or leave --reference out")
     if kind == "check" and sep and rest:
         from ..targets.capability import parse_target
 
         parse_target(rest)  # an unknown target fails now, with the known names
         return Check(text, "check", target=rest)
-    if kind == "error" and sep and "@" in rest:
-        pattern, _, where = rest.rpartition("@")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise InputError(f"--fails: bad pattern '{pattern}': {exc}") from exc
+    if kind in ("error", "diff") and sep and "@" in rest:
+        head, _, where = rest.rpartition("@")
+        found = Check(text, kind)
+        if kind == "error":
+            try:
+                re.compile(head)
+            except re.error as exc:
+                raise InputError(f"--fails: bad pattern '{head}': {exc}") from exc
+            found.pattern = head
+        else:
+            try:
+                found.min_snr_db = float(head)
+            except ValueError:
+                found.min_snr_db = math.nan
+            if not math.isfinite(found.min_snr_db):
+                raise InputError(f"--fails: bad tolerance '{head}' in '{text}'",
+                                 "give the lowest SNR in dB an output may have, e.g. diff:20@onnxruntime")
+            if reference is None:
+                raise InputError(f"--fails {text} compares with an FP32 reference: --reference is missing",
+                                 "add --reference FP32.onnx (the model the candidate was made from)")
+            ref_path = Path(str(reference))
+            if not ref_path.is_file():
+                raise InputError(f"--reference: '{ref_path}' does not exist",
+                                 "give the FP32 .onnx the model was made from")
+            found.reference = str(ref_path)
         if where.startswith("board:"):
-            return Check(text, "error", pattern=pattern, board=where[len("board:"):])
+            if not where[len("board:"):]:
+                raise InputError(f"bad --fails '{text}': no board name after 'board:'", _FORMS)
+            found.board = where[len("board:"):]
+            return found
         from ..targets.registry import TARGETS
 
-        return Check(text, "error", pattern=pattern, target=TARGETS.canonical(where))
-    raise InputError(f"bad --fails '{text}'",
-                     "write error:PATTERN@TARGET, error:PATTERN@board:NAME or check:TARGET[@VERSION]")
+        found.target = TARGETS.canonical(where)
+        return found
+    raise InputError(f"bad --fails '{text}'", _FORMS)
 
 
 def _save(proto: Any, path: Path) -> None:
@@ -126,9 +194,15 @@ class ReduceResult:
     passing_inputs: Optional[str] = None
     seconds: float = 0.0
     trail: List[Dict[str, Any]] = field(default_factory=list)
+    failing_layers: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        return (f"{len(self.failing_nodes)} of {self.nodes_total} nodes still fail ({', '.join(self.failing_ops)}) "
+        layers = ""
+        if self.failing_layers and len(self.failing_layers) != len(self.failing_nodes):
+            k = len(self.failing_layers)
+            layers = f"; {k} layer{'' if k == 1 else 's'}: {', '.join(self.failing_layers)}"
+        return (f"{len(self.failing_nodes)} of {self.nodes_total} nodes still fail ({', '.join(self.failing_ops)}{layers}) "
                 f"after {self.runs} runs of the check: {self.message}")
 
     def to_dict(self) -> Dict[str, Any]:
@@ -137,6 +211,7 @@ class ReduceResult:
                 "message": self.message, "runs": self.runs, "passing_nodes": self.passing_nodes,
                 "failing_model": self.failing_model, "failing_inputs": self.failing_inputs,
                 "passing_model": self.passing_model, "passing_inputs": self.passing_inputs,
+                "failing_layers": self.failing_layers, "notes": self.notes,
                 "summary": self.summary(), "seconds": round(self.seconds, 3), "trail": self.trail}
 
 
@@ -157,53 +232,99 @@ def _fixed_shapes(m: Any, feed: Mapping[str, np.ndarray]) -> Any:
 
 def reduce(model: Any, fails: Any, feed: Optional[Mapping[str, np.ndarray]] = None, *,
            out_dir: Optional[Any] = None, max_runs: int = 64,
-           progress: Optional[Callable[[str], None]] = None) -> ReduceResult:
-    """Shrink ``model`` (an ONNX path) to the smallest range of its nodes that still fails
-    ``fails`` (a :class:`Check` or its text, see :func:`parse_check`), feeding ``feed`` (one sample,
-    ``{input: array}``; seeded random data of the inputs' shapes when None). Writes into ``out_dir``
-    (when given): ``failing.onnx`` + ``failing_inputs.npz`` and ``passing.onnx`` + ``passing_inputs.npz``."""
+           progress: Optional[Callable[[str], None]] = None, reference: Optional[Any] = None) -> ReduceResult:
+    """Shrink ``model`` (an ONNX path) to the smallest set of its nodes that still fails ``fails``
+    (a :class:`Check` or its text, see :func:`parse_check`; ``reference``: the FP32 .onnx of a
+    ``diff`` check given as text), feeding ``feed`` (one sample, ``{input: array}``; seeded random
+    data of the inputs' shapes when None). Writes into ``out_dir`` (when given): ``failing.onnx`` +
+    ``failing_inputs.npz`` and ``passing.onnx`` + ``passing_inputs.npz``."""
     from ..data import random_feed
     from ..model import Model
     from .subgraph import Subgraph
 
     start = time.perf_counter()
-    check = fails if isinstance(fails, Check) else parse_check(str(fails))
+    check = fails if isinstance(fails, Check) else parse_check(str(fails), reference)
+    if out_dir is not None and not Path(out_dir).is_dir():
+        raise InputError(f"--out: '{out_dir}' is not a folder", "create it first")
     m = Model.load(model)
     if m.format != "onnx":
         raise InputError("sdk debug reduce takes ONNX models", "give the .onnx the target runs")
     if feed is None:
         feed = random_feed(m.inputs, seed=0)
     feed = {k: np.asarray(v) for k, v in feed.items()}
-    sub = Subgraph(_fixed_shapes(m, feed))
+    sub = Subgraph(_fixed_shapes(m, feed), layers=check.kind == "diff")
     n = len(sub)
     if n == 0:
         raise InputError(f"'{m.path}' has no nodes to reduce")
+    check.bind(sub, feed)
+    known = check.known()
+    random_ok = check.kind != "diff"  # random boundary values judged against the reference mean nothing
+    units = len(sub.units)
     runs = 0
     trail: List[Dict[str, Any]] = []
-    cache: Dict[Tuple[int, int], Tuple[bool, str]] = {}
+    cache: Dict[Tuple[int, ...], Tuple[bool, str]] = {}
 
-    def probe(a: int, b: int) -> bool:
+    def model_of(us: Sequence[int]) -> Tuple[Any, Dict[str, np.ndarray]]:
+        idx = sub.nodes_of(us)
+        return (sub.extract_of(idx, check.outputs(sub, idx)),
+                sub.inputs_of(idx, feed, random_ok=random_ok, known=known))
+
+    def probe(us: Sequence[int]) -> bool:
         nonlocal runs
-        if (a, b) in cache:
-            return cache[(a, b)][0]
+        key = tuple(us)
+        if key in cache:
+            return cache[key][0]
         if runs >= max_runs:
             raise EdgeSDKError(f"sdk debug reduce: {max_runs} runs of the check used up", "raise --max-runs")
-        inputs = sub.inputs_for(a, b, feed, random_ok=check.kind == "check" or check.kind == "error")
+        idx = sub.nodes_of(us)
+        inputs = sub.inputs_of(idx, feed, random_ok=random_ok, known=known)
         runs += 1
-        failed, message = check.fails(sub.extract(a, b), inputs)
-        cache[(a, b)] = (failed, message)
-        trail.append({"nodes": [a, b], "fails": failed})
+        failed, message = check.fails(sub.extract_of(idx, check.outputs(sub, idx)), inputs)
+        cache[key] = (failed, message)
+        trail.append({"nodes": [idx[0], idx[-1]], "count": len(idx), "fails": failed, "message": message,
+                      **({"units": list(key)} if units != n else {})})
         if progress is not None:
-            progress(f"run {runs}: nodes {a}..{b} ({b - a + 1}) {'fail' if failed else 'pass'}")
+            what = "nodes" if units == n else "layers"
+            span = f"{key[0]}..{key[-1]}" if len(key) == key[-1] - key[0] + 1 else ",".join(map(str, key))
+            progress(f"run {runs}: {what} {span} ({len(idx)} nodes) {'fail' if failed else 'pass'}"
+                     + (f": {message}" if check.kind == "diff" else ""))
         return failed
 
-    if not probe(0, n - 1):
+    if not probe(range(units)):
         raise InputError(f"the whole model passes the check '{check.text}': nothing to reduce",
-                         "check the pattern and the target")
-    lo, hi = -1, n - 1          # the shortest failing prefix 0..hi
+                         "check the pattern, the tolerance and the target")
+    kept, b = _shrink(probe, units, lambda: runs < max_runs)
+    best_pass = list(range(b)) if b > 0 else None
+    message = cache[tuple(kept)][1]
+    idx = sub.nodes_of(kept)
+    names = [sub.nodes[i].name or sub.nodes[i].op_type for i in idx]
+    layer_names = [sub.nodes[i].name or sub.nodes[i].op_type for i in idx
+                   if sub.nodes[i].op_type not in ("QuantizeLinear", "DequantizeLinear")]
+    passing_nodes = 0 if best_pass is None else len(sub.nodes_of(best_pass))
+    result = ReduceResult(str(m.path), check.text, n, names, [sub.nodes[i].op_type for i in idx], message, runs,
+                          passing_nodes, trail=trail, failing_layers=layer_names)
+    if check.unjudged:
+        result.notes.append(f"{len(check.unjudged)} outputs have no counterpart in the reference and were not judged "
+                            f"(not failures): {', '.join(check.unjudged[:5])}" + (" ..." if len(check.unjudged) > 5 else ""))
+    if out_dir is not None:
+        out = Path(out_dir)
+        _write(*model_of(kept), out / "failing.onnx", out / "failing_inputs.npz")
+        result.failing_model, result.failing_inputs = str(out / "failing.onnx"), str(out / "failing_inputs.npz")
+        if best_pass is not None:
+            _write(*model_of(best_pass), out / "passing.onnx", out / "passing_inputs.npz")
+            result.passing_model, result.passing_inputs = str(out / "passing.onnx"), str(out / "passing_inputs.npz")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _shrink(probe: Callable[[Sequence[int]], bool], units: int, runs_left: Callable[[], bool]) -> Tuple[List[int], int]:
+    """Bisection: the shortest failing prefix ``0..b``, the shortest failing suffix ``a..b`` of it;
+    then unit by unit, each unit the failure does not need dropped (while runs are left). Returns
+    the failing units and ``b`` (``0..b-1`` passed)."""
+    lo, hi = -1, units - 1      # the shortest failing prefix 0..hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if probe(0, mid):
+        if probe(range(mid + 1)):
             hi = mid
         else:
             lo = mid
@@ -211,28 +332,18 @@ def reduce(model: Any, fails: Any, feed: Optional[Mapping[str, np.ndarray]] = No
     lo, hi = 0, b + 1           # the shortest failing suffix lo..b of that prefix
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if probe(mid, b):
+        if probe(range(mid, b + 1)):
             lo = mid
         else:
             hi = mid
-    a = lo
-    best_pass = (0, b - 1) if b > 0 else None
-    message = cache[(a, b)][1]
-    result = ReduceResult(str(m.path), check.text, n, [sub.nodes[i].name or sub.nodes[i].op_type for i in range(a, b + 1)],
-                          [sub.nodes[i].op_type for i in range(a, b + 1)], message, runs,
-                          0 if best_pass is None else best_pass[1] + 1, trail=trail)
-    if out_dir is not None:
-        out = Path(out_dir)
-        if not out.is_dir():
-            raise InputError(f"--out: '{out}' is not a folder", "create it first")
-        _write(sub.extract(a, b), sub.inputs_for(a, b, feed, random_ok=True), out / "failing.onnx", out / "failing_inputs.npz")
-        result.failing_model, result.failing_inputs = str(out / "failing.onnx"), str(out / "failing_inputs.npz")
-        if best_pass is not None:
-            _write(sub.extract(*best_pass), sub.inputs_for(best_pass[0], best_pass[1], feed, random_ok=True), out / "passing.onnx",
-                   out / "passing_inputs.npz")
-            result.passing_model, result.passing_inputs = str(out / "passing.onnx"), str(out / "passing_inputs.npz")
-    result.seconds = time.perf_counter() - start
-    return result
+    kept = list(range(lo, b + 1))
+    for u in list(kept):
+        if len(kept) == 1 or not runs_left():
+            break
+        trial = [x for x in kept if x != u]
+        if probe(trial):
+            kept = trial
+    return kept, b
 
 
 def _write(proto: Any, inputs: Mapping[str, np.ndarray], model_path: Path, inputs_path: Path) -> None:
