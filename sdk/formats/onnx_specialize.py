@@ -172,12 +172,12 @@ def _slice(node: Any, a: Sequence[Any]) -> Any:
     idx = [slice(None)] * x.ndim
     for st, en, ax, sp in zip(starts, ends, axes, steps):
         dim = x.shape[int(ax) % x.ndim]
-        st, en = int(st), int(en)
+        stop: Optional[int] = int(en)
         if sp > 0:
-            en = min(en, dim) if en >= 0 else en
-        else:
-            en = None if en < -dim else en   # type: ignore[assignment]
-        idx[int(ax) % x.ndim] = slice(st, en, int(sp))
+            stop = min(int(en), dim) if en >= 0 else int(en)
+        elif en < -dim:   # ONNX: "before the first element" when stepping backwards
+            stop = None
+        idx[int(ax) % x.ndim] = slice(int(st), stop, int(sp))
     return x[tuple(idx)]
 
 
@@ -360,8 +360,10 @@ class _Evaluator:
         if node.op_type == "Constant":
             from .onnx_fold import _constant_value
 
-            v = _constant_value(node)
-            return (v, frozenset(), "") if v is not None else (None, frozenset(), f"Constant '{name}' is not numeric")
+            const = _constant_value(node)
+            if const is None:
+                return None, frozenset(), f"Constant '{name}' is not numeric"
+            return const, frozenset(), ""
         if node.op_type in ("Shape", "Size"):
             return self._shape_of(node, name)
         if node.op_type in _SUBGRAPH_OPS:
@@ -374,10 +376,10 @@ class _Evaluator:
             if not i:
                 args.append(None)
                 continue
-            v, src, why = self.value(i, depth + 1)
-            if v is None:
+            arg, src, why = self.value(i, depth + 1)
+            if arg is None:
                 return None, frozenset(src), why
-            args.append(v)
+            args.append(arg)
             sources |= src
         try:
             outs = eval_node(node, args, self.opset, self.cap)
@@ -634,11 +636,11 @@ def _apply_inputs(proto: Any, values: Mapping[str, np.ndarray], shapes: Mapping[
         want = [int(v) for v in shapes[vi.name]]
         if len(dims) != len(want):
             raise InputError(f"input '{vi.name}' has rank {len(dims)}, not {len(want)} as {want} says")
-        for d, v in zip(dims, want):
-            if d.HasField("dim_value") and d.dim_value != v:
-                raise InputError(f"input '{vi.name}' has {d.dim_value} where {want} says {v}")
+        for d, want_dim in zip(dims, want):
+            if d.HasField("dim_value") and d.dim_value != want_dim:
+                raise InputError(f"input '{vi.name}' has {d.dim_value} where {want} says {want_dim}")
             d.Clear()
-            d.dim_value = v
+            d.dim_value = want_dim
     for name, v in values.items():
         for i, vi in enumerate(g.input):
             if vi.name == name:
