@@ -190,6 +190,12 @@ def test_silero_macs_hand_count(silero):
     assert info["macs"] == 679_552 and not info["macs_partial"] and info["macs_unknown_nodes"] == 0
     assert {r["kind"] for r in info["ifs_resolved"]} == {"value", "shape"} and info["ifs_unresolved"] == []
     assert any("If_0: the then branch, the one sr=16000 chooses" in n for n in info["macs_notes"])
+    # sr=8000, 256 + 32 context samples padded by 32 to 320: STFT [130, 1, 128] stride 64 -> 4 frames,
+    # the first encoder Conv takes 65 bins; the rest as above
+    k8 = Model.load(silero).with_input_shapes({"input": (1, 288), "state": (2, 1, 128)})
+    info8 = k8.inspect(input_values={"sr": "8000"})
+    macs8 = 130 * 4 * 128 + 128 * 4 * 65 * 3 + 64 * 2 * 128 * 3 + 64 * 1 * 64 * 3 + 128 * 1 * 64 * 3 + lstm + head
+    assert info8["macs"] == macs8 == 383_616 and not info8["macs_partial"]
     plain = m.inspect()                                # without the value: honestly partial, and why
     assert plain["macs_partial"] and plain["ifs_unresolved"][0]["node"] == "If_0"
     assert "'sr'" in plain["ifs_unresolved"][0]["why"]
