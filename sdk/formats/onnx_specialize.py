@@ -720,4 +720,39 @@ def specialize(proto: Any, values: Optional[Mapping[str, Any]] = None,
             spec.unresolved.append(IfUnresolved(label, why_not.get(label, "its condition is computed at run time"),
                                                 _count_ifs(_subgraphs(n))))
     del g.value_info[:]
+    _reconcile_outputs(out)
     return spec
+
+
+def _reconcile_outputs(proto: Any) -> None:
+    """A graph output declared with a shape the specialized graph contradicts (an exporter's
+    ``[1, seqlen]`` for what is computed as rank 3 here) takes the inferred shape instead, so the
+    checker's strict inference agrees; compatible declarations stay."""
+    import onnx
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(proto)
+    for o in probe.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    except Exception:  # noqa: BLE001 - nothing better known: keep the declarations
+        return
+    got = {o.name: o for o in inferred.graph.output}
+    for o in proto.graph.output:
+        new = got.get(o.name)
+        if new is None or not o.type.HasField("tensor_type") or not new.type.tensor_type.HasField("shape"):
+            continue
+        if not _compatible(o.type.tensor_type, new.type.tensor_type):
+            o.type.tensor_type.shape.CopyFrom(new.type.tensor_type.shape)
+
+
+def _compatible(declared: Any, inferred: Any) -> bool:
+    if not declared.HasField("shape"):
+        return True
+    a, b = list(declared.shape.dim), list(inferred.shape.dim)
+    if len(a) != len(b):
+        return False
+    return all(not (x.HasField("dim_value") and y.HasField("dim_value")) or x.dim_value == y.dim_value
+               for x, y in zip(a, b))

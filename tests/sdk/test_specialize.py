@@ -199,3 +199,21 @@ def test_silero_macs_hand_count(silero):
     plain = m.inspect()                                # without the value: honestly partial, and why
     assert plain["macs_partial"] and plain["ifs_unresolved"][0]["node"] == "If_0"
     assert "'sr'" in plain["ifs_unresolved"][0]["why"]
+
+
+def test_an_output_declared_with_the_wrong_rank_takes_the_computed_shape():
+    """ddddocr-ocr declares its output [1, seqlen] but computes rank 3 (a Reshape target built from
+    Shape): once the target is a constant, the checker's strict inference would disagree."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Concat", ["s", "one"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    g = helper.make_graph(nodes, "rank", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n"])], [one])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m, full_check=True)
+    spec = specialize(m, {}, {"x": [2, 3]})
+    onnx.checker.check_model(spec.proto, full_check=True)
+    dims = [d.dim_value for d in spec.proto.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [2, 3, 1] and spec.folded >= 1
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert np.array_equal(_ort(spec.proto, {"x": x})[0], x.reshape(2, 3, 1))
