@@ -25,9 +25,12 @@ SCHEMA = "edgesdk.convert/1"
 @dataclass
 class ConvertOptions:
     """What a conversion may take: fixed input shapes (name -> dims), INT8 with calibration data,
-    and converter-specific ``extra`` items (``--option KEY=VALUE`` on the command line)."""
+    and converter-specific ``extra`` items (``--option KEY=VALUE`` on the command line);
+    ``input_values`` (``["sr=16000"]`` or ``{name: array}``): inputs the output is specialized for
+    (the ``.onnx`` converter)."""
 
     input_shapes: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+    input_values: Any = None
     int8: bool = False
     calib: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -56,6 +59,7 @@ ConverterFn = Callable[[Path, Path, ConvertOptions], ConvertResult]
 CONVERTERS: "Registry[ConverterFn]" = Registry("converter", builtin={
     ".ort": "sdk.targets.onnxrt.ortformat:convert_to_ort",
     ".tflite": "sdk.targets.tflite.convert:convert_to_tflite",
+    ".onnx": "sdk.targets.onnx_flat:convert_to_onnx",
 }, entry_points="edgesdk.converters",
                                               known_label="known output formats")
 
@@ -80,6 +84,9 @@ def convert(source: Union[str, Path], output: Union[str, Path], options: Optiona
     if not suffix:
         raise InputError(f"-o '{dst}' has no suffix: the suffix names the format ({', '.join(CONVERTERS) or 'none'})")
     fn = CONVERTERS.load(suffix)
+    if options is not None and options.input_values and not getattr(fn, "takes_input_values", False):
+        raise InputError(f"--input-value does not apply to {suffix}",
+                         f"write the model specialized for the values first (-o flat.onnx), then convert that to {suffix}")
     t0 = time.perf_counter()
     result = fn(src, dst, options or ConvertOptions())
     if not isinstance(result, ConvertResult):

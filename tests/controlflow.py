@@ -113,3 +113,63 @@ def loop_data_model(path):
     g = helper.make_graph(nodes, "loop_data", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                           [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])], [w0, m, zero])
     return _save(g, path)
+
+
+def nested_if_model(path):
+    """Nested Ifs, the inner one decided by a shape, as torch exports them (silero-vad's pattern).
+
+    Inputs ``x [n, 4]``, ``sr`` int64 scalar. ``If_rate(sr == 16000)``:
+
+    - then: ``h = x @ W1 [4, 8]`` (n*32 MACs), then ``If_batch1(Shape(h)[0] == 1)``:
+      then ``Squeeze(h, 0) @ W2 [8, 2]`` (16 MACs), else ``ReduceSum(h @ W3 [8, 6], axis 0)``
+      (n*48 MACs); its result is ``y``;
+    - else: ``y = ReduceSum(x @ W4 [4, 2], axis 0)`` (n*8 MACs).
+
+    A sibling ``If_gain(sr == 16000)`` gives ``z``: then ``t = x * 2``, else ``t = x * 3``, where
+    ``t`` is also the name the inner If's branches use: inlining both must rename one.
+    Hand counts: sr=16000, n=1: 32 + 16 = 48; sr=16000, n=3: 96 + 144 = 240; sr=8000: n*8."""
+    rng = np.random.default_rng(1)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    zero = numpy_helper.from_array(np.array([0], np.int64), "axis0")
+    one = numpy_helper.from_array(np.array(1, np.int64), "one_i")
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
+    idx0 = numpy_helper.from_array(np.array(0, np.int64), "idx0")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    inner_then = helper.make_graph(
+        [helper.make_node("Squeeze", ["h", "axis0"], ["t"], name="sq"),
+         helper.make_node("MatMul", ["t", "w2"], ["y_one"], name="mm_one")],
+        "batch1", [], [helper.make_tensor_value_info("y_one", TensorProto.FLOAT, [None])], [w("w2", 8, 2)])
+    inner_else = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "w3"], ["t"], name="mm_many"),
+         helper.make_node("ReduceSum", ["t", "axis0"], ["y_many"], keepdims=0, name="sum_rows")],
+        "batchN", [], [helper.make_tensor_value_info("y_many", TensorProto.FLOAT, [None])], [w("w3", 8, 6)])
+    outer_then = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm_in"),
+         helper.make_node("Shape", ["h"], ["h_shape"], name="shape_h"),
+         helper.make_node("Gather", ["h_shape", "idx0"], ["rows"], axis=0, name="rows"),
+         helper.make_node("Equal", ["rows", "one_i"], ["is_one"], name="is_one"),
+         helper.make_node("If", ["is_one"], ["y16"], then_branch=inner_then, else_branch=inner_else,
+                          name="If_batch1")],
+        "rate16k", [], [helper.make_tensor_value_info("y16", TensorProto.FLOAT, [None])], [w("w1", 4, 8)])
+    outer_else = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w4"], ["x8"], name="mm_8k"),
+         helper.make_node("ReduceSum", ["x8", "axis0"], ["y8"], keepdims=0, name="sum_8k")],
+        "rate8k", [], [helper.make_tensor_value_info("y8", TensorProto.FLOAT, [None])], [w("w4", 4, 2)])
+    gain_then = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"], name="gain2")], "gain2", [],
+                                  [helper.make_tensor_value_info("t", TensorProto.FLOAT, [None, 4])])
+    gain_else = helper.make_graph([helper.make_node("Mul", ["x", "three"], ["t"], name="gain3")], "gain3", [],
+                                  [helper.make_tensor_value_info("t", TensorProto.FLOAT, [None, 4])])
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is16k"], name="eq"),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=outer_then, else_branch=outer_else, name="If_rate"),
+             helper.make_node("If", ["is16k"], ["z"], then_branch=gain_then, else_branch=gain_else, name="If_gain")]
+    g = helper.make_graph(nodes, "nested_if",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])],
+                          [rate, zero, one, idx0, two, three])
+    return _save(g, path)

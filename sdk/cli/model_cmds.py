@@ -126,6 +126,13 @@ def _print_facts(c: Any, info: Any) -> None:
         if info.get("macs_partial") and not unknown:
             why.append("control flow not counted, see below")
         c.print(f"  macs: {macs:,}" + (f" (partial: {'; '.join(why)})" if why else ""), markup=False)
+    resolved, left = info.get("ifs_resolved") or [], info.get("ifs_unresolved") or []
+    if resolved or left:
+        from collections import Counter
+
+        kinds = Counter(r["kind"] for r in resolved)
+        by = ", ".join(f"{n} by {k}" for k, n in sorted(kinds.items()))
+        c.print(f"  If resolved: {len(resolved)}" + (f" ({by})" if by else "") + f"; left: {len(left)}", markup=False)
     for note in notes:
         c.print(f"    {note}", markup=False, soft_wrap=True)
     for ctl in info.get("control_inputs") or []:

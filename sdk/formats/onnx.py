@@ -148,7 +148,7 @@ class OnnxFormat(ModelFormat):
         ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in iter_nodes(g))
         params, param_bytes = _initializer_params(g)
         const_params, const_bytes = constant_params(g)
-        count = count_macs(proto)
+        count, spec = self._macs(proto, {})
         return {
             "inputs": [s.to_dict() for s in self.inputs(model)],
             "outputs": [s.to_dict() for s in self.outputs(model)],
@@ -166,14 +166,23 @@ class OnnxFormat(ModelFormat):
             "macs_partial": count.partial,
             "macs_notes": count.uncounted + count.notes,
             "control_inputs": self.control_inputs(model),
+            **_if_record(spec),
         }
 
     def mac_count(self, model: "Model", values: Mapping[str, Any]) -> Dict[str, Any]:
-        from .onnx_macs import count_macs_for
-
-        c = count_macs_for(model.proto, dict(values))
+        c, spec = self._macs(model.proto, dict(values))
         return {"macs": c.macs, "macs_unknown_nodes": c.unknown_nodes, "macs_partial": c.partial,
-                "macs_notes": c.uncounted + c.notes}
+                "macs_notes": c.uncounted + c.notes, **_if_record(spec)}
+
+    @staticmethod
+    def _macs(proto: Any, values: Dict[str, Any]) -> Tuple[Any, Any]:
+        """The MAC count, of the graph specialized for ``values`` and the declared input shapes when
+        the top-level graph has an ``If`` (or values are given), with the specialization (or None)."""
+        from .onnx_macs import specialized_macs
+
+        if not values and not any(n.op_type == "If" for n in proto.graph.node):
+            return count_macs(proto), None
+        return specialized_macs(proto, values)
 
     def control_inputs(self, model: "Model") -> List[Dict[str, Any]]:
         from .onnx_control import control_inputs
@@ -299,6 +308,13 @@ def constant_params(graph: Any) -> "tuple[int, int]":
 
 
 # -- MACs ------------------------------------------------------------------------------------------------
+def _if_record(spec: Any) -> Dict[str, Any]:
+    """``ifs_resolved`` (node, branch, what decided it: ``kind`` value / shape / constant) and
+    ``ifs_unresolved`` (node, why) of a specialization; empty lists without one."""
+    d = spec.to_dict() if spec is not None else {"resolved": [], "unresolved": []}
+    return {"ifs_resolved": d["resolved"], "ifs_unresolved": d["unresolved"]}
+
+
 from .onnx_macs import MAC_OPS as _MAC_OPS  # noqa: E402,F401 - re-exported for the roofline
 from .onnx_macs import count_macs as count_macs  # noqa: E402
 from .onnx_macs import node_macs as node_macs  # noqa: E402

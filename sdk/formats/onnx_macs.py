@@ -11,7 +11,7 @@ the count partial: :attr:`MacCount.partial` says so and :attr:`MacCount.notes` s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 __all__ = ["MacCount", "count_macs", "graph_macs", "node_macs", "MAC_OPS", "RNN_GATES", "loop_trip_count"]
 
@@ -210,77 +210,6 @@ def _control_macs(node: Any, shapes: Dict[str, List[Any]], scope: Dict[str, Any]
 
 
 # -- a small evaluator for trip counts ------------------------------------------------------------------
-_EVAL_OPS: Dict[str, Callable[..., Any]] = {}
-_STATIC_SHAPES: Dict[int, Dict[str, List[int]]] = {}   # id(scope) -> static tensor shapes it may read
-
-
-def _ops() -> Dict[str, Callable[..., Any]]:
-    if _EVAL_OPS:
-        return _EVAL_OPS
-    import numpy as np
-
-    _EVAL_OPS.update({
-        "Identity": lambda n, a: a[0],
-        "Add": lambda n, a: a[0] + a[1], "Sub": lambda n, a: a[0] - a[1], "Mul": lambda n, a: a[0] * a[1],
-        "Less": lambda n, a: np.less(a[0], a[1]), "Greater": lambda n, a: np.greater(a[0], a[1]),
-        "LessOrEqual": lambda n, a: np.less_equal(a[0], a[1]),
-        "GreaterOrEqual": lambda n, a: np.greater_equal(a[0], a[1]),
-        "Equal": lambda n, a: np.equal(a[0], a[1]), "Not": lambda n, a: np.logical_not(a[0]),
-        "And": lambda n, a: np.logical_and(a[0], a[1]), "Or": lambda n, a: np.logical_or(a[0], a[1]),
-        "Min": lambda n, a: np.minimum.reduce(a), "Max": lambda n, a: np.maximum.reduce(a),
-        "Squeeze": lambda n, a: np.squeeze(a[0]), "Unsqueeze": lambda n, a: np.asarray(a[0]),
-        "Reshape": lambda n, a: _reshape(a),
-        "Transpose": lambda n, a: np.transpose(a[0], list(_attrs(n)["perm"].ints) if "perm" in _attrs(n) else None),
-        "Cast": lambda n, a: np.asarray(a[0]).astype(_cast_dtype(n)),
-        "Div": lambda n, a: (a[0] // a[1]) if np.asarray(a[0]).dtype.kind in "iu" else a[0] / a[1],
-        "Neg": lambda n, a: -np.asarray(a[0]),
-        "Concat": lambda n, a: np.concatenate([np.atleast_1d(x) for x in a], axis=_attrs(n)["axis"].i),
-        "Gather": lambda n, a: np.take(a[0], np.asarray(a[1]).astype(np.int64),
-                                       axis=_attrs(n)["axis"].i if "axis" in _attrs(n) else 0),
-        "Slice": lambda n, a: _slice(a),
-        "Range": lambda n, a: np.arange(np.asarray(a[0]).item(), np.asarray(a[1]).item(), np.asarray(a[2]).item()),
-        "ConstantOfShape": lambda n, a: np.full([int(d) for d in np.asarray(a[0]).ravel()],
-                                                _const_fill(n)),
-    })
-    return _EVAL_OPS
-
-
-def _reshape(a: List[Any]) -> Any:
-    import numpy as np
-
-    x = np.asarray(a[0])
-    target = [int(d) for d in np.asarray(a[1]).ravel()]
-    target = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(target)]
-    return x.reshape(target)
-
-
-def _slice(a: List[Any]) -> Any:
-    import numpy as np
-
-    x = np.asarray(a[0])
-    starts, ends = np.asarray(a[1]).ravel(), np.asarray(a[2]).ravel()
-    axes = np.asarray(a[3]).ravel() if len(a) > 3 else np.arange(len(starts))
-    steps = np.asarray(a[4]).ravel() if len(a) > 4 else np.ones(len(starts), np.int64)
-    idx = [slice(None)] * x.ndim
-    for st, en, ax, sp in zip(starts, ends, axes, steps):
-        idx[int(ax)] = slice(int(st), int(min(en, 2 ** 62)) if en < 2 ** 62 else None, int(sp))
-    return x[tuple(idx)]
-
-
-def _const_fill(node: Any) -> Any:
-    from onnx import numpy_helper
-
-    t = [x for x in node.attribute if x.name == "value" and x.HasField("t")]
-    return numpy_helper.to_array(t[0].t).ravel()[0] if t else 0.0
-
-
-def _cast_dtype(node: Any) -> Any:
-    import onnx
-
-    to = _attrs(node)["to"].i
-    return onnx.helper.tensor_dtype_to_np_dtype(to)
-
-
 class _NotStatic(Exception):
     pass
 
@@ -290,6 +219,8 @@ def _evaluate(name: str, env: Dict[str, Any], scope: Dict[str, Any], cache: Dict
     (Constant, an initializer, or a supported op of constants); :class:`_NotStatic` otherwise."""
     import numpy as np
     from onnx import numpy_helper
+
+    from .onnx_specialize import NUMPY_OPS, eval_node
 
     if name in env:
         return env[name]
@@ -307,18 +238,12 @@ def _evaluate(name: str, env: Dict[str, Any], scope: Dict[str, Any], cache: Dict
             if not t:
                 raise _NotStatic(f"Constant '{name}' has no tensor value")
             val = numpy_helper.to_array(t[0].t)
-        elif node.op_type in ("Shape", "Size") and node.input[0] in _STATIC_SHAPES.get(id(scope), {}):
-            dims = _STATIC_SHAPES[id(scope)][node.input[0]]
-            val = np.asarray(dims if node.op_type == "Shape" else int(np.prod(dims)), np.int64)
-        elif node.op_type in _ops():
-            args = [_evaluate(i, env, scope, cache, depth + 1) for i in node.input if i]
-            if node.op_type in ("Unsqueeze", "Squeeze") and len(node.input) > 1:
-                args = args[:1]
-            val = np.asarray(_ops()[node.op_type](node, args))
-            if node.op_type == "Unsqueeze":
-                axes = list(_attrs(node)["axes"].ints) if "axes" in _attrs(node) else []
-                for ax in sorted(axes):
-                    val = np.expand_dims(val, ax)
+        elif node.op_type in NUMPY_OPS and node.domain in ("", "ai.onnx"):
+            args = [_evaluate(i, env, scope, cache, depth + 1) if i else None for i in node.input]
+            try:
+                val = eval_node(node, args)[0]
+            except ValueError as exc:
+                raise _NotStatic(str(exc)) from exc
         else:
             raise _NotStatic(f"'{name}' comes from {node.op_type}")
     val = np.asarray(val)
@@ -480,121 +405,26 @@ def symbolic_shapes(proto: Any) -> Any:
         logging.getLogger().setLevel(level)
 
 
-def specialize_ifs(proto: Any, values: Dict[str, Any]) -> Tuple[Any, List[str]]:
-    """A copy of ``proto`` where every top-level ``If`` whose condition the given input ``values``
-    (and constants) decide is replaced by the branch it takes (repeated for the Ifs that branch
-    contained), and those inputs become initializers: what the runtime runs for these values, for
-    counting and shape inference. Returns ``(proto, notes)``, one note per If replaced."""
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    g = out.graph
-    notes: List[str] = []
-    env = {k: np.asarray(v) for k, v in values.items()}
-    for name, v in env.items():
-        for i, vi in enumerate(g.input):
-            if vi.name == name:
-                del g.input[i]
-                g.initializer.append(numpy_helper.from_array(np.asarray(v), name))
-                break
-    for _ in range(64):  # each pass replaces the Ifs it can decide; inlined branches may hold more
-        propagate_constants(out)
-        scope = _constants(g, {})
-        done = False
-        for idx, node in enumerate(list(g.node)):
-            if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
-                continue
-            try:
-                cond = bool(np.asarray(_evaluate(node.input[0], env, scope, {})).ravel()[0])
-            except _NotStatic:
-                continue
-            attrs = _attrs(node)
-            branch = attrs["then_branch" if cond else "else_branch"].g
-            new_nodes = list(branch.node)
-            for init in branch.initializer:
-                g.initializer.append(init)
-            for b_out, n_out in zip(branch.output, node.output):
-                if n_out:
-                    new_nodes.append(onnx.helper.make_node("Identity", [b_out.name], [n_out],
-                                                           name=f"{_label(node)}/{b_out.name}/out"))
-            del g.node[idx]
-            for k, n in enumerate(new_nodes):
-                g.node.insert(idx + k, n)
-            which = "then" if cond else "else"
-            given = ", ".join(f"{k}={np.asarray(v).tolist()}" for k, v in values.items())
-            notes.append(f"{_label(node)}: the {which} branch, the one {given} chooses, is counted")
-            done = True
-            break
-        if not done:
-            break
-    propagate_constants(out)
-    del g.value_info[:]
-    return out, notes
-
-
-def propagate_constants(proto: Any) -> int:
-    """Replace every small tensor (<= 64 elements) of the top-level graph that constants and static
-    input shapes decide (a Pad's pads, a Reshape's target, a Slice's ends) by an initializer, in
-    place, so shape inference sees concrete values. Returns how many inputs were rewired."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    import onnx
-
-    g = proto.graph
-    scope = _constants(g, {})
-    static = {}
-    try:  # static shapes of intermediates too: a Shape/Size of them is a constant
-        known = onnx.shape_inference.infer_shapes(proto, data_prop=True).graph
-    except Exception:  # noqa: BLE001 - the inputs' shapes are enough to go on
-        known = g
-    for vi in list(known.input) + list(known.value_info):
-        t = vi.type.tensor_type
-        if not t.HasField("shape"):
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
-        if all(d >= 0 for d in dims):
-            static[vi.name] = dims
-    _STATIC_SHAPES[id(scope)] = static
-    inits = {i.name for i in g.initializer}
-    cache: Dict[str, Any] = {}
-    made: Dict[str, str] = {}
-    rewired = 0
-    try:
-        for node in g.node:
-            if node.op_type == "Constant":
-                continue
-            for k, name in enumerate(node.input):
-                if not name or name in inits or name not in scope or scope[name][0] != "node":
-                    continue
-                if scope[name][1].op_type == "Constant":
-                    continue
-                if name not in made:
-                    try:
-                        val = _evaluate(name, {}, scope, cache)
-                    except (_NotStatic, ValueError, TypeError, IndexError, KeyError):
-                        made[name] = ""
-                        continue
-                    new = f"{name}__folded"
-                    g.initializer.append(numpy_helper.from_array(np.asarray(val), new))
-                    scope[new] = ("init", g.initializer[-1])   # later evaluations read the rewired input
-                    made[name] = new
-                if made[name]:
-                    node.input[k] = made[name]
-                    rewired += 1
-    finally:
-        _STATIC_SHAPES.pop(id(scope), None)
-    return rewired
-
-
 def count_macs_for(proto: Any, values: Optional[Dict[str, Any]] = None) -> MacCount:
-    """:func:`count_macs` of the graph the given input ``values`` select (:func:`specialize_ifs`)."""
-    if not values:
-        return count_macs(proto)
-    special, notes = specialize_ifs(proto, values)
-    c = count_macs(special)
-    c.notes = notes + c.notes
-    return c
+    """:func:`count_macs` of the graph the given input ``values`` and the model's static input
+    shapes select (:func:`sdk.formats.onnx_specialize.specialize` resolves the Ifs they decide)."""
+    return specialized_macs(proto, values)[0]
+
+
+def specialized_macs(proto: Any, values: Optional[Dict[str, Any]] = None) -> Tuple[MacCount, Any]:
+    """``(count, specialization)``: the count of the model specialized for ``values`` (and the
+    input shapes it declares), with one note per If resolved (which branch, decided by what) and
+    one per If left (why); the :class:`~sdk.formats.onnx_specialize.Specialization` says the same
+    as data."""
+    from .onnx_specialize import specialize
+
+    try:
+        spec = specialize(proto, values or {})
+    except Exception as exc:  # noqa: BLE001 - an estimate: count the model as given, and say why
+        c = count_macs(proto)
+        c.notes.append(f"the graph was not specialized: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        return c, None
+    c = count_macs(spec.proto)
+    left = [f"{u.node}: not resolved ({u.why})" for u in spec.unresolved]
+    c.notes = spec.notes() + left + c.notes
+    return c, spec

@@ -1,0 +1,124 @@
+"""ONNX -> a specialized ONNX (``sdk convert model.onnx -o flat.onnx --input-value sr=16000
+--input-shape input=1x576``): the model for those input values and shapes, with every ``If`` they
+decide replaced by the branch it takes (:func:`sdk.formats.onnx_specialize.specialize`).
+
+:func:`convert_to_onnx` is the ``.onnx`` entry of :data:`sdk.targets.convert.CONVERTERS`. Before
+anything is written, the specialized model must pass ``onnx.checker`` (full check) and give, on
+ONNX Runtime, the outputs of the original for the same inputs (seeded random data of the given
+shapes, the given values; both without graph optimizations; max abs difference at most
+``tolerance``, default 1e-6); otherwise one
+:class:`ConversionError` says which output differed and by how much. The output no longer takes
+the valued inputs, and its inputs have the given shapes.
+
+Options (``--option KEY=VALUE``): ``tolerance`` (float, default 1e-6), ``max_elements`` (the
+largest tensor the pass evaluates, default 64).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List
+
+from ..errors import ConversionError, InputError, first_line
+from .convert import ConvertOptions, ConvertResult
+
+__all__ = ["convert_to_onnx"]
+
+_OPTIONS = ("tolerance", "max_elements")
+
+
+def _float_option(options: ConvertOptions, key: str, default: float) -> float:
+    raw = options.extra.get(key, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise InputError(f"bad --option {key}={raw}", f"{key} is a number, e.g. {default}") from None
+    if value < 0:
+        raise InputError(f"bad --option {key}={raw}", f"{key} is not negative")
+    return value
+
+
+def _outputs_agree(original: Any, special: Any, feed: Dict[str, Any], tolerance: float) -> List[str]:
+    """Run both on ONNX Runtime (CPU) and compare output by output; returns the lines of the check."""
+    import numpy as np
+    import onnxruntime as ort
+
+    def run(proto: Any) -> Dict[str, Any]:
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        # no graph optimizations: the check is of what the pass changed, not of the fusions ORT
+        # finds once shapes are constants (ppocr-v4-rec: 1.0e-6 apart with them, 0 without)
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        s = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        names = {i.name for i in s.get_inputs()}
+        outs = s.run(None, {k: v for k, v in feed.items() if k in names})
+        return dict(zip([o.name for o in s.get_outputs()], outs))
+
+    try:
+        ref = run(original)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise ConversionError(f"onnxruntime cannot run the original model on these inputs: {first_line(exc)}") from exc
+    try:
+        got = run(special)
+    except Exception as exc:  # noqa: BLE001
+        raise ConversionError(f"onnxruntime cannot run the specialized model: {first_line(exc)}") from exc
+    lines = []
+    for name, a in ref.items():
+        b = got.get(name)
+        if b is None or np.shape(a) != np.shape(b):
+            raise ConversionError(f"output '{name}' of the specialized model has shape "
+                                  f"{None if b is None else list(np.shape(b))}, the original {list(np.shape(a))}")
+        x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        both_nan = np.isnan(x) & np.isnan(y)
+        diff = float(np.max(np.where(both_nan, 0.0, np.abs(x - y)))) if x.size else 0.0
+        if not diff <= tolerance:
+            raise ConversionError(f"output '{name}' of the specialized model differs from the original's by "
+                                  f"{diff:.3g} (more than {tolerance:g}); nothing was written")
+        lines.append(f"{name}: max abs diff {diff:.3g}")
+    return lines
+
+
+def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> ConvertResult:
+    """Write the model at ``source`` specialized for ``options.input_values`` and
+    ``options.input_shapes`` to ``output`` (see the module's docstring)."""
+    import onnx
+
+    from ..atomic import atomic_write
+    from ..data import random_feed
+    from ..formats.onnx_specialize import specialize
+    from ..model import Model
+    from .measure import as_values
+
+    unknown = sorted(set(options.extra) - set(_OPTIONS))
+    if unknown:
+        raise InputError(f"unknown --option {unknown[0]} for .onnx", f"known: {', '.join(_OPTIONS)}")
+    if options.int8:
+        raise InputError("--int8 does not apply to .onnx: this writes the model specialized, in its own precision",
+                         "quantize it after: sdk quantize flat.onnx --calib DATA")
+    tolerance = _float_option(options, "tolerance", 1e-6)
+    cap = int(_float_option(options, "max_elements", 64))
+    model = Model.load(source)
+    if model.format != "onnx":
+        raise InputError(f"'{source}' is a {model.format} model: .onnx is written from ONNX models")
+    values = as_values(options.input_values, model.inputs)
+    shaped = model.with_input_shapes(options.input_shapes) if options.input_shapes else model
+    spec = specialize(model.proto, values, {k: list(v) for k, v in options.input_shapes.items()}, max_elements=cap)
+    try:
+        onnx.checker.check_model(spec.proto, full_check=True)
+    except Exception as exc:  # noqa: BLE001 - the checker's own exception types vary by version
+        raise ConversionError(f"the specialized model fails onnx.checker: {first_line(exc)}") from exc
+    feed = random_feed(shaped.inputs, options.input_shapes, seed=0, values=values)
+    check = _outputs_agree(model.proto, spec.proto, feed, tolerance)
+    atomic_write(output, spec.proto.SerializeToString())
+    notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
+    notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]
+    if values:
+        notes.append("inputs now constants: " + ", ".join(f"{k}={v.tolist()}" for k, v in values.items()))
+    notes.append("outputs checked against the original on onnxruntime (seeded random data, the given values, "
+                 "no graph optimizations): "
+                 + "; ".join(check))
+    details = spec.to_dict()
+    details["check"] = check
+    return ConvertResult(source=str(source), output=str(output), format="onnx", notes=notes, details=details)
+
+
+convert_to_onnx.takes_input_values = True  # type: ignore[attr-defined]
