@@ -479,6 +479,14 @@ class _Run:
             self.cfg = replace(self.cfg, exclude=list(self.cfg.exclude) + wide)
             self.qproto, self.qplan, self.qparams = self.builder.build(exclude=self.cfg.exclude)
         if not self.qplan.layers:
+            hidden = _weighted_ops_in_bodies(self.work)
+            if hidden:
+                raise QuantizationError(
+                    f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes outside "
+                    f"control flow: its {', '.join(sorted(hidden))} sit inside If/Loop bodies",
+                    f"write the model for your input values and shapes first (sdk convert {self.prepared.name} "
+                    "-o flat.onnx --input-value NAME=VALUE --input-shape NAME=DIMS resolves the Ifs they "
+                    "decide), then quantize flat.onnx")
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
                                     "it needs Conv, Gemm, MatMul or similar with float weights")
         self.layers_full = len(self.qplan.layers)
@@ -748,6 +756,26 @@ def _budget(cfg: QuantizeConfig, held_out: bool = False) -> Any:
 #: a Concat whose inputs' ranges differ more than this stays float (its one output scale would crush
 #: the narrow inputs: e.g. box coordinates next to class logits in a detection head)
 CONCAT_RANGE_RATIO = 8.0
+
+
+#: ops whose float weights a scheme quantizes (to name them when they sit where it does not look)
+_WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN")
+
+
+def _weighted_ops_in_bodies(proto: Any) -> Dict[str, int]:
+    """``{op: count}`` of weighted ops inside If/Loop/Scan bodies (at any depth) of ``proto``."""
+    found: Dict[str, int] = {}
+
+    def walk(graph: Any, inside: bool) -> None:
+        for node in graph.node:
+            if inside and node.op_type in _WEIGHTED_OPS:
+                found[node.op_type] = found.get(node.op_type, 0) + 1
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(g, True)
+
+    walk(proto.graph, False)
+    return found
 
 
 def _wide_concats(plan: QuantPlan, idx: Any, ranges: Mapping[str, Tuple[float, float]]) -> List[str]:

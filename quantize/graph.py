@@ -211,4 +211,43 @@ def output_hints(proto: Any) -> Dict[str, Dict[str, Any]]:
             node = producer.get(data[0])
         if node is not None and node.op_type == "Log":
             hints[name] = {"role": "log", "db_per_unit": (10.0 / math.log(10.0)) / abs(scale)}
+    for out, inp in recurrent_pairs(proto).items():
+        hints.setdefault(out, {"role": "state", "input": inp})
     return hints
+
+
+def recurrent_pairs(proto: Any) -> Dict[str, str]:
+    """Outputs that have the shape (declared or inferred: at least 2 dims, every dim the same
+    number or name) and element type of exactly one graph input that is not the first (the data),
+    beside at least one other output: a recurrent state handed back with the result (``stateN``
+    -> ``state``), ``{output: input}``. (An output shaped like the model's only or first input is
+    image-to-image data, not a state.)"""
+    def sig(vi: Any) -> Optional[Tuple[int, Tuple[Any, ...]]]:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or len(tt.shape.dim) < 2:
+            return None
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+        return None if None in dims else (tt.elem_type, dims)
+
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [vi for vi in proto.graph.input if vi.name not in inits]
+    by_sig: Dict[Any, List[str]] = {}
+    for vi in inputs:
+        s = sig(vi)
+        if s is not None:
+            by_sig.setdefault(s, []).append(vi.name)
+    data = {inputs[0].name} if inputs else set()
+    pairs: Dict[str, str] = {}
+    if len(proto.graph.output) < 2:
+        return pairs
+    import onnx
+
+    try:   # outputs declared with unnamed dims get their shapes from inference
+        outputs = onnx.shape_inference.infer_shapes(proto).graph.output
+    except Exception:  # noqa: BLE001 - inference is a refinement here; the declared shapes stand
+        outputs = proto.graph.output
+    for vi in outputs:
+        s = sig(vi)
+        if s is not None and len(by_sig.get(s, [])) == 1 and by_sig[s][0] not in data:
+            pairs[vi.name] = by_sig[s][0]
+    return pairs

@@ -22,6 +22,8 @@ classes    ``[N, C]`` (C > 1) or softmax rows ``[N,T,C]``  top-1 agreement (per 
 log        a graph hint: the output is a Log (times a     mean absolute error in the output's units,
            constant: dB)                                  at most 0.5 dB
 embedding  ``[N, D]`` rows of unit L2 norm                mean per-sample cosine
+state      a graph hint: the output has the shape and     cosine of the whole output (a recurrent
+           type of an input (``stateN`` -> ``state``)     state is fed back, not read as classes)
 cosine     anything else                                  cosine of the whole output
 ========== ============================================= =============================================
 """
@@ -109,6 +111,15 @@ class Cosine(Role):
         if ra == ca == 0:
             return 1.0
         return dot / math.sqrt(ra * ca) if ra > 0 and ca > 0 else 0.0
+
+
+@register_role
+class State(Cosine):
+    """A recurrent state the model hands back as an input (``stateN`` of ``state``): its values
+    matter, not an argmax over them, so it is judged by cosine whatever its shape looks like."""
+
+    name = "state"
+    metric = "cosine vs FP32 (a recurrent state)"
 
 
 @register_role

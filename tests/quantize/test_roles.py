@@ -117,3 +117,23 @@ def test_anchor_detections_fast_path_is_box_map(layout, shape):
     role = get_role("detections", layout=layout, boxes="anchor")
     want = box_map(role.detections(ref, role.CONF), role.detections(cand, role.CONF / 10))
     assert role.score(ref, cand) == pytest.approx(want, abs=1e-9) and 0.5 < want < 1.0
+
+
+def test_an_output_shaped_like_an_input_beside_the_result_is_a_state():
+    """silero-vad's stateN [2, 1, 128] looked like CTC logits [T, 1, C] and was judged by top-1
+    agreement; an output with the (inferred) shape and type of one input, beside another output,
+    is a recurrent state: judged by cosine. One output shaped like the input (image to image) is not."""
+    def model(outputs):
+        g = helper.make_graph(
+            [helper.make_node("Relu", ["state"], ["stateN"]), helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)],
+            "rnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                    helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 1, 128])],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+    assert output_hints(model(["y", "stateN"])) == {"stateN": {"role": "state", "input": "state"}}
+    assert output_hints(model(["stateN"])) == {}
+    ref = [{"y": np.array(1.0, np.float32), "stateN": np.random.default_rng(0).normal(size=(2, 1, 128))}]
+    roles = infer_roles(["y", "stateN"], ref, output_hints(model(["y", "stateN"])))
+    assert roles["stateN"].name == "state" and roles["stateN"].metric.startswith("cosine")
+    assert infer_roles(["stateN"], ref)["stateN"].name == "classes"   # what the shape alone says

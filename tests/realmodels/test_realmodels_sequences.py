@@ -170,3 +170,33 @@ def test_precision_the_target_cannot_honour_is_exit_2(board_env):
     line = assert_one_error_line(sdk(board_env, "push", tfl.path, "--board", "local", "--precision", "fp16", *FAST,
                                      "--idle-seconds", "0"), 2)
     assert "tflite" in line, line
+
+
+def test_silero_quantizes_once_written_for_its_rate_and_shapes(board_env, tmp_path):
+    """silero-vad's weights all sit inside If branches: quantize refuses it, naming them and the way
+    out; `sdk convert -o flat.onnx --input-value sr=16000 --input-shape ...` resolves the Ifs, and the
+    flat model quantizes, its VAD decisions on a held-out stream agreeing with FP32's."""
+    from sdk import corpus
+    from sdk.corpus.tasks import run_reference
+
+    m = by_name("silero-vad")
+    calib, _ = _calib(m, tmp_path, n=16)
+    refused = sdk(board_env, "quantize", m.path, "--calib", calib, *m.shape_flags, "-o", tmp_path / "no.onnx")
+    line = assert_one_error_line(refused, 2)
+    assert "inside If/Loop bodies" in line and "LSTM" in line and "sdk convert" in line, line
+    flat = tmp_path / "flat.onnx"
+    proc = sdk(board_env, "convert", m.path, "-o", flat, *m.shape_flags)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = tmp_path / "int8.onnx"
+    # the speed of this small model's INT8 vs FP32 on a shared CI box is not what this test is about
+    proc = sdk(board_env, "quantize", flat, "--calib", calib, "-o", out, "--report", tmp_path / "r.json",
+               "--no-speed-check", timeout=900)
+    assert proc.returncode == 0 and out.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["layers"]["quantized"] >= 3, report["layers"]   # the encoder's Convs run in INT8
+    held_out = corpus.sample_inputs("silero-vad", n=24, seed=7)
+    ref = run_reference(str(m.path), held_out)
+    cand = run_reference(str(out), [{k: v for k, v in f.items() if k != "sr"} for f in held_out])
+    score = corpus.metric("silero-vad", ref, cand)
+    record("silero-vad", quantize=f"via convert -o flat.onnx: VAD agreement {score:.3f}")
+    assert score >= 0.95, score
