@@ -121,7 +121,7 @@ def graph_shapes(g: Any, outer: Optional[Dict[str, List[Any]]] = None) -> Dict[s
     from .onnx import _value_info_spec
 
     shapes: Dict[str, List[Any]] = dict(outer or {})
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
+    for vi in list(g.input) + list(g.output) + list(g.value_info):   # inferred infos refine declared outputs
         t = vi.type.tensor_type
         if t.HasField("shape"):
             shapes[vi.name] = list(_value_info_spec(vi).shape)
@@ -351,9 +351,14 @@ def count_macs(proto: Any) -> MacCount:
     only where that leaves something uncounted does ONNX Runtime's symbolic inference run too (it
     follows shapes computed at run time and control-flow bodies, but costs seconds on a large graph:
     ``sdk inspect`` of nudenet-320n took 11.5 s with it and 2.2 s without, here), and the fuller
-    count is kept."""
+    count is kept. Its shapes only fill the gaps: the count is always of the model's own graph
+    (that inference rewrites an If whose condition it knows, its else branch replaced by the then
+    branch), with every subgraph value renamed apart first (it keys shapes by name across scopes)."""
     import onnx
 
+    from .onnx_specialize import unique_subgraph_names
+
+    proto = unique_subgraph_names(proto)[0]
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference failing is not fatal for an estimate
@@ -364,10 +369,48 @@ def count_macs(proto: Any) -> MacCount:
     symbolic = symbolic_shapes(proto)
     if symbolic is None:
         return count
-    fuller = graph_macs(symbolic.graph, graph_shapes(symbolic.graph))
+    merged = _with_shapes_of(inferred, symbolic)
+    fuller = graph_macs(merged.graph, graph_shapes(merged.graph))
     if (fuller.unknown_nodes, len(fuller.uncounted)) < (count.unknown_nodes, len(count.uncounted)):
         return fuller
     return count
+
+
+def _with_shapes_of(model: Any, donor: Any) -> Any:
+    """A copy of ``model`` whose value infos gain, in every scope, the shapes ``donor`` knows for
+    the values that scope defines and ``model`` does not (names are unique across scopes)."""
+    import onnx
+
+    from .onnx_specialize import _subgraphs
+
+    known: Dict[str, Any] = {}
+
+    def collect(g: Any) -> None:
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
+                known.setdefault(vi.name, vi)
+        for n in g.node:
+            for sg in _subgraphs(n):
+                collect(sg)
+
+    collect(donor.graph)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+
+    def fill(g: Any) -> None:
+        have = {vi.name for vi in list(g.value_info) + list(g.output) + list(g.input)
+                if vi.type.tensor_type.HasField("shape")
+                and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+        for name in [vi.name for vi in g.input] + [o for n in g.node for o in n.output]:
+            if name and name not in have and name in known:   # a body's inputs too (loop-carried values)
+                g.value_info.append(known[name])
+                have.add(name)
+        for n in g.node:
+            for sg in _subgraphs(n):
+                fill(sg)
+
+    fill(out.graph)
+    return out
 
 
 def _inputs_static(proto: Any) -> bool:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 import numpy as np
 
 __all__ = ["Specialization", "IfResolution", "IfUnresolved", "specialize", "eval_node", "NUMPY_OPS",
-           "DEFAULT_MAX_ELEMENTS"]
+           "DEFAULT_MAX_ELEMENTS", "unique_subgraph_names"]
 
 DEFAULT_MAX_ELEMENTS = 64   # the largest tensor the pass evaluates (shape arithmetic, flags, indices)
 _MAX_DEPTH = 400            # the longest producer chain followed from one tensor
@@ -485,6 +485,63 @@ def _fresh(base: str, taken: Set[str]) -> str:
     name = f"{base}__{k}"
     taken.add(name)
     return name
+
+
+def _defined(graph: Any) -> List[str]:
+    """Names a (sub)graph defines itself: its inputs, initializers and node outputs."""
+    return ([vi.name for vi in graph.input] + [t.name for t in graph.initializer] +
+            [o for n in graph.node for o in n.output if o])
+
+
+def unique_subgraph_names(proto: Any) -> Tuple[Any, int]:
+    """A copy of ``proto`` in which every value a subgraph defines has a name no other scope of the
+    model defines (sibling If branches may both define ``t``; a tool that keys shapes by name,
+    as ONNX Runtime's symbolic shape inference does, then mixes their shapes up); returns it and
+    how many names were changed. Reads follow (nested subgraphs too, shadowing respected)."""
+    import collections
+
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    counts: "collections.Counter[str]" = collections.Counter()
+
+    def count(graph: Any) -> None:
+        counts.update(_defined(graph))
+        for n in graph.node:
+            for sg in _subgraphs(n):
+                count(sg)
+
+    count(m.graph)
+    taken = _all_names(m.graph, set())
+    changed = 0
+
+    def fix(graph: Any) -> None:
+        nonlocal changed
+        for n in graph.node:
+            for sg in _subgraphs(n):
+                mapping = {}
+                for d in _defined(sg):
+                    if counts[d] > 1 and d not in mapping:
+                        counts[d] -= 1
+                        mapping[d] = _fresh(d, taken)
+                if mapping:
+                    changed += len(mapping)
+                    for vi in list(sg.input) + list(sg.output) + list(sg.value_info):
+                        vi.name = mapping.get(vi.name, vi.name)
+                    for t in sg.initializer:
+                        t.name = mapping.get(t.name, t.name)
+                    for node in sg.node:
+                        for k, x in enumerate(node.input):
+                            node.input[k] = mapping.get(x, x)
+                        for k, x in enumerate(node.output):
+                            node.output[k] = mapping.get(x, x)
+                        for nested in _subgraphs(node):
+                            _rename_reads(nested, mapping)
+                fix(sg)
+
+    fix(m.graph)
+    return m, changed
 
 
 def _inline(graph: Any, index: int, node: Any, branch: Any, taken: Set[str], node_names: Set[str]) -> None:

@@ -201,3 +201,15 @@ def test_interleaved_compare_takes_input_values(models, capsys):
     code, out, err = run_cli(["bench", models["if"], "--against", models["if"], *shapes, "--input-value", "sr=8000"],
                              capsys)
     assert code == 0, err
+
+
+def test_undecided_nested_ifs_count_the_larger_branch_of_each_scope(tmp_path):
+    """nested_if_model at x=1x4 without sr: If_rate's then branch = 32 + max(16, 48) = 80 (its inner
+    If's two branches both define `t`; ONNX Runtime's symbolic inference keyed their shapes by name
+    and rewrote the else branch as the then branch, so the count said 16 and 16, and 48 in all)."""
+    from tests.controlflow import nested_if_model
+
+    m = Model.load(nested_if_model(tmp_path / "nested.onnx")).with_input_shapes({"x": [1, 4]})
+    info = m.inspect()
+    assert info["macs"] == 80 and info["macs_partial"] is False, info["macs_notes"]
+    assert any("If_batch1" in n and "then 16, else 48" in n for n in info["macs_notes"]), info["macs_notes"]
