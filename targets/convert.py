@@ -35,6 +35,15 @@ class ConvertOptions:
     calib: Optional[str] = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
+    def check(self, suffix: str, known: Sequence[str], no_int8: Optional[Tuple[str, str]] = None) -> None:
+        """A converter's own checks: every ``--option`` key is one of ``known``; with ``no_int8``
+        (why, the fix) ``--int8`` is refused. :class:`InputError` naming ``suffix`` (``.ort``)."""
+        unknown = sorted(set(self.extra) - set(known))
+        if unknown:
+            raise InputError(f"unknown --option {unknown[0]} for {suffix}", f"known: {', '.join(known)}")
+        if no_int8 is not None and self.int8:
+            raise InputError(f"--int8 does not apply to {suffix}: {no_int8[0]}", no_int8[1])
+
 
 @dataclass
 class ConvertResult:

@@ -88,12 +88,8 @@ def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> Conv
     from ..model import Model
     from .measure import as_values
 
-    unknown = sorted(set(options.extra) - set(_OPTIONS))
-    if unknown:
-        raise InputError(f"unknown --option {unknown[0]} for .onnx", f"known: {', '.join(_OPTIONS)}")
-    if options.int8:
-        raise InputError("--int8 does not apply to .onnx: this writes the model specialized, in its own precision",
-                         "quantize it after: sdk quantize flat.onnx --calib DATA")
+    options.check(".onnx", _OPTIONS, ("this writes the model specialized, in its own precision",
+                                      "quantize it after: sdk quantize flat.onnx --calib DATA"))
     tolerance = _float_option(options, "tolerance", 1e-6)
     cap = int(_float_option(options, "max_elements", 64))
     model = Model.load(source)

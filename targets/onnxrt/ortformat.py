@@ -51,12 +51,8 @@ def _option(options: ConvertOptions, key: str, default: str, allowed: Any) -> st
 
 
 def _check_options(options: ConvertOptions) -> Dict[str, Any]:
-    unknown = sorted(set(options.extra) - set(_OPTIONS))
-    if unknown:
-        raise InputError(f"unknown --option {unknown[0]} for .ort", f"known: {', '.join(_OPTIONS)}")
-    if options.int8:
-        raise InputError("--int8 does not apply to .ort: the ORT format keeps the model's own precision",
-                         "quantize first (sdk quantize model.onnx -o model.int8.onnx), then convert that")
+    options.check(".ort", _OPTIONS, ("the ORT format keeps the model's own precision",
+                                     "quantize first (sdk quantize model.onnx -o model.int8.onnx), then convert that"))
     return {
         "style": _option(options, "optimization", "fixed", STYLES),
         "platform": _option(options, "platform", "arm", PLATFORMS),

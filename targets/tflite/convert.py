@@ -103,11 +103,9 @@ def onnx_names(data: bytes) -> Dict[str, Any]:
     return json.loads(raw.decode()) if raw else {}
 
 
-def _check_options(extra: Mapping[str, Any]) -> None:
-    unknown = [k for k in extra if k not in _OPTIONS]
-    if unknown:
-        raise InputError(f"unknown --option {unknown[0]} for .tflite", f"known: {', '.join(_OPTIONS)}")
-    io = str(extra.get("io", "float"))
+def _check_options(options: ConvertOptions) -> None:
+    options.check(".tflite", _OPTIONS)
+    io = str(options.extra.get("io", "float"))
     if io not in ("float", "int8"):
         raise InputError(f"option io={io!r}", "use io=float or io=int8")
 
@@ -117,7 +115,7 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
     from ...atomic import atomic_write
     from ...model import Model
 
-    _check_options(options.extra)
+    _check_options(options)
     t0 = time.perf_counter()
     m = Model.load(source)
     if m.format != "onnx":
