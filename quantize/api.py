@@ -764,18 +764,13 @@ _WEIGHTED_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN"
 
 def _weighted_ops_in_bodies(proto: Any) -> Dict[str, int]:
     """``{op: count}`` of weighted ops inside If/Loop/Scan bodies (at any depth) of ``proto``."""
-    found: Dict[str, int] = {}
+    from collections import Counter
 
-    def walk(graph: Any, inside: bool) -> None:
-        for node in graph.node:
-            if inside and node.op_type in _WEIGHTED_OPS:
-                found[node.op_type] = found.get(node.op_type, 0) + 1
-            for a in node.attribute:
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    walk(g, True)
+    from ..formats.onnx import iter_nodes
+    from ..formats.onnx_control import subgraphs
 
-    walk(proto.graph, False)
-    return found
+    return dict(Counter(n.op_type for top in proto.graph.node for body in subgraphs(top)
+                        for n in iter_nodes(body) if n.op_type in _WEIGHTED_OPS))
 
 
 def _wide_concats(plan: QuantPlan, idx: Any, ranges: Mapping[str, Tuple[float, float]]) -> List[str]:

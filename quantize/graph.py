@@ -229,6 +229,9 @@ def recurrent_pairs(proto: Any) -> Dict[str, str]:
         dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
         return None if None in dims else (tt.elem_type, dims)
 
+    pairs: Dict[str, str] = {}
+    if len(proto.graph.output) < 2:
+        return pairs
     inits = {t.name for t in proto.graph.initializer}
     inputs = [vi for vi in proto.graph.input if vi.name not in inits]
     by_sig: Dict[Any, List[str]] = {}
@@ -237,15 +240,14 @@ def recurrent_pairs(proto: Any) -> Dict[str, str]:
         if s is not None:
             by_sig.setdefault(s, []).append(vi.name)
     data = {inputs[0].name} if inputs else set()
-    pairs: Dict[str, str] = {}
-    if len(proto.graph.output) < 2:
-        return pairs
-    import onnx
+    outputs = proto.graph.output
+    if by_sig and any(sig(vi) is None for vi in outputs):   # unnamed dims: the shapes inference gives
+        import onnx
 
-    try:   # outputs declared with unnamed dims get their shapes from inference
-        outputs = onnx.shape_inference.infer_shapes(proto).graph.output
-    except Exception:  # noqa: BLE001 - inference is a refinement here; the declared shapes stand
-        outputs = proto.graph.output
+        try:
+            outputs = onnx.shape_inference.infer_shapes(proto).graph.output
+        except Exception:  # noqa: BLE001 - inference is a refinement here; the declared shapes stand
+            pass
     for vi in outputs:
         s = sig(vi)
         if s is not None and len(by_sig.get(s, [])) == 1 and by_sig[s][0] not in data:

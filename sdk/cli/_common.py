@@ -197,7 +197,7 @@ def input_value_option() -> Any:
 
 
 def carry_option() -> Any:
-    """The ``--carry`` option (recurrent state fed back across runs), the same in bench and push."""
+    """The ``--carry`` option (recurrent state fed back across runs), the same in bench, push and validate."""
     import typer
 
     return typer.Option(None, "--carry", help="Feed an output back as an input on the next run: OUTPUT=INPUT "

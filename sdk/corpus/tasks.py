@@ -318,8 +318,6 @@ class OrientationClassify(Task):
         return float((ref == cand).mean()) if len(ref) else 1.0
 
 
-
-
 @register_task("ctc-recognize")
 class CtcRecognize(Task):
     """CRNN + CTC: output ``[T, 1, classes]`` logits or ``[1, T]`` indices (0 = blank); 1 - CER."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, FrozenSet, List, Mapping, Set
 
-__all__ = ["control_inputs"]
+__all__ = ["control_inputs", "subgraphs", "outer_reads"]
 
 _SHAPE_ONLY = ("Shape", "Size")
 
 
-def _subgraphs(node: Any) -> List[Any]:
+def subgraphs(node: Any) -> List[Any]:
+    """The graphs a node holds (If branches, Loop/Scan bodies)."""
     out = []
     for a in node.attribute:
         if a.HasField("g"):
@@ -30,17 +31,17 @@ def _subgraphs(node: Any) -> List[Any]:
     return out
 
 
-def _outer_reads(graph: Any) -> Set[str]:
-    """Names a subgraph reads that it does not define (the enclosing scope's tensors)."""
-    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+def outer_reads(graph: Any) -> Set[str]:
+    """Names a (sub)graph reads that it does not define: its outer-scope values (a graph output
+    that names one directly included)."""
+    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
     reads: Set[str] = set()
     for n in graph.node:
-        for i in n.input:
-            if i and i not in defined:
-                reads.add(i)
-        for g in _subgraphs(n):
-            reads |= {r for r in _outer_reads(g) if r not in defined}
-        defined.update(n.output)
+        reads.update(i for i in n.input if i and i not in defined)
+        for sg in subgraphs(n):
+            reads.update(r for r in outer_reads(sg) if r not in defined)
+        defined.update(o for o in n.output if o)
+    reads.update(o.name for o in graph.output if o.name not in defined)
     return reads
 
 
@@ -52,8 +53,8 @@ def _walk(graph: Any, deps: Dict[str, FrozenSet[str]], found: List[Dict[str, Any
             here = none
         else:
             here = frozenset().union(*ins) if ins else none
-            for g in _subgraphs(n):
-                here = here | frozenset().union(*[deps.get(r, none) for r in _outer_reads(g)] or [none])
+            for g in subgraphs(n):
+                here = here | frozenset().union(*[deps.get(r, none) for r in outer_reads(g)] or [none])
         if n.op_type == "If" and n.input:
             for name in sorted(deps.get(n.input[0], none)):
                 key = (name, "If", n.name or n.output[0])
@@ -68,7 +69,7 @@ def _walk(graph: Any, deps: Dict[str, FrozenSet[str]], found: List[Dict[str, Any
                         if key not in seen:
                             seen.add(key)
                             found.append({"input": name, "role": role, "node": n.name or n.output[0]})
-        for g in _subgraphs(n):
+        for g in subgraphs(n):
             inner = dict(deps)
             if n.op_type == "Loop":  # body inputs: iteration number, condition, carried values
                 carried = list(n.input[1:])

@@ -381,7 +381,7 @@ def _with_shapes_of(model: Any, donor: Any) -> Any:
     the values that scope defines and ``model`` does not (names are unique across scopes)."""
     import onnx
 
-    from .onnx_specialize import _subgraphs
+    from .onnx_control import subgraphs
 
     known: Dict[str, Any] = {}
 
@@ -390,7 +390,7 @@ def _with_shapes_of(model: Any, donor: Any) -> Any:
             if vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
                 known.setdefault(vi.name, vi)
         for n in g.node:
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 collect(sg)
 
     collect(donor.graph)
@@ -406,7 +406,7 @@ def _with_shapes_of(model: Any, donor: Any) -> Any:
                 g.value_info.append(known[name])
                 have.add(name)
         for n in g.node:
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 fill(sg)
 
     fill(out.graph)

@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 
 import numpy as np
 
+from .onnx_control import outer_reads, subgraphs
+
 __all__ = ["Specialization", "IfResolution", "IfUnresolved", "specialize", "eval_node", "NUMPY_OPS",
            "DEFAULT_MAX_ELEMENTS", "unique_subgraph_names"]
 
@@ -415,21 +417,13 @@ def _opset(proto: Any) -> int:
     return 0
 
 
-def _subgraphs(node: Any) -> List[Any]:
-    from onnx import AttributeProto
-
-    out = [a.g for a in node.attribute if a.type == AttributeProto.GRAPH]
-    out += [g for a in node.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
-    return out
-
-
 def _all_names(graph: Any, into: Set[str]) -> Set[str]:
     """Every value name defined or read in ``graph`` and its subgraphs."""
     into.update(vi.name for vi in list(graph.input) + list(graph.output))
     into.update(t.name for t in graph.initializer)
     for n in graph.node:
         into.update(x for x in list(n.input) + list(n.output) if x)
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             _all_names(sg, into)
     return into
 
@@ -442,22 +436,9 @@ def _taken_outside(graph: Any, index: int) -> Set[str]:
     for k, n in enumerate(graph.node):
         into.update(x for x in list(n.input) + list(n.output) if x)
         if k != index:
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 _all_names(sg, into)
     return into
-
-
-def _outer_reads(graph: Any) -> Set[str]:
-    """Names a (sub)graph reads that it does not define: its outer-scope values."""
-    defined = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
-    reads: Set[str] = set()
-    for n in graph.node:
-        reads.update(i for i in n.input if i and i not in defined)
-        for sg in _subgraphs(n):
-            reads.update(r for r in _outer_reads(sg) if r not in defined)
-        defined.update(o for o in n.output if o)
-    reads.update(o.name for o in graph.output if o.name not in defined)
-    return reads
 
 
 def _rename_reads(graph: Any, mapping: Mapping[str, str]) -> None:
@@ -471,7 +452,7 @@ def _rename_reads(graph: Any, mapping: Mapping[str, str]) -> None:
         for k, i in enumerate(n.input):
             if i in m:
                 n.input[k] = m[i]
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             _rename_reads(sg, m)
     for o in graph.output:
         if o.name in m:
@@ -509,7 +490,7 @@ def unique_subgraph_names(proto: Any) -> Tuple[Any, int]:
     def count(graph: Any) -> None:
         counts.update(_defined(graph))
         for n in graph.node:
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 count(sg)
 
     count(m.graph)
@@ -519,7 +500,7 @@ def unique_subgraph_names(proto: Any) -> Tuple[Any, int]:
     def fix(graph: Any) -> None:
         nonlocal changed
         for n in graph.node:
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 mapping = {}
                 for d in _defined(sg):
                     if counts[d] > 1 and d not in mapping:
@@ -536,7 +517,7 @@ def unique_subgraph_names(proto: Any) -> Tuple[Any, int]:
                             node.input[k] = mapping.get(x, x)
                         for k, x in enumerate(node.output):
                             node.output[k] = mapping.get(x, x)
-                        for nested in _subgraphs(node):
+                        for nested in subgraphs(node):
                             _rename_reads(nested, mapping)
                 fix(sg)
 
@@ -563,7 +544,7 @@ def _inline(graph: Any, index: int, node: Any, branch: Any, taken: Set[str], nod
         for k, o in enumerate(n.output):
             if o in mapping:
                 n.output[k] = mapping[o]
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             _rename_reads(sg, mapping)
         if n.name:
             if n.name in node_names:
@@ -625,7 +606,7 @@ def _count_ifs(graphs: Iterable[Any]) -> int:
     for g in graphs:
         for node in g.node:
             n += node.op_type == "If"
-            n += _count_ifs(_subgraphs(node))
+            n += _count_ifs(subgraphs(node))
     return n
 
 
@@ -638,8 +619,8 @@ def _prune(graph: Any) -> None:
         if any(o and o in keep for o in n.output):
             alive.append(n)
             keep.update(i for i in n.input if i)
-            for sg in _subgraphs(n):
-                keep.update(_outer_reads(sg))
+            for sg in subgraphs(n):
+                keep.update(outer_reads(sg))
     alive.reverse()
     if len(alive) != len(nodes):
         del graph.node[:]
@@ -660,7 +641,7 @@ def _fold(graph: Any, ev: _Evaluator) -> int:
     made = 0
     for n in graph.node:
         if n.op_type not in ("Constant",) and n.output and not any(o in outputs for o in n.output) \
-                and not _subgraphs(n):
+                and not subgraphs(n):
             vals = [ev.value(o) if o else (None, frozenset(), "") for o in n.output]
             if all(o == "" or v[0] is not None for o, v in zip(n.output, vals)):
                 for o, v in zip(n.output, vals):
@@ -775,7 +756,7 @@ def specialize(proto: Any, values: Optional[Mapping[str, Any]] = None,
         if n.op_type == "If":
             label = n.name or n.output[0]
             spec.unresolved.append(IfUnresolved(label, why_not.get(label, "its condition is computed at run time"),
-                                                _count_ifs(_subgraphs(n))))
+                                                _count_ifs(subgraphs(n))))
     del g.value_info[:]
     _reconcile_outputs(out)
     return spec
