@@ -196,11 +196,12 @@ def test_interleaved_compare_takes_input_values(models, capsys):
     fast = ["--rounds", "6", "--round-seconds", "0.005"]
     code, _, err = run_cli(["compare", models["if"], models["if"], *shapes, *fast], capsys)
     assert code == 2 and "'sr'" in err and "--input-value sr=" in err and len(err.strip().splitlines()) == 1, err
+    # with the value both run and are judged (exit 0 same, or 1 if this machine's noise says slower: never 2)
     code, out, err = run_cli(["compare", models["if"], models["if"], *shapes, *fast, "--input-value", "sr=16000"], capsys)
-    assert code == 0, err
+    assert code in (0, 1) and "error:" not in err and "B/A" in out, (code, out, err)
     code, out, err = run_cli(["bench", models["if"], "--against", models["if"], *shapes, "--input-value", "sr=8000"],
                              capsys)
-    assert code == 0, err
+    assert code in (0, 1) and "error:" not in err and "B/A" in out, (code, out, err)
 
 
 def test_undecided_nested_ifs_count_the_larger_branch_of_each_scope(tmp_path):
