@@ -46,6 +46,7 @@ class Model:
         self.origin: Optional[Path] = Path(origin) if origin is not None else self.path
         self._data = data
         self._proto = proto
+        self._proto_from_file = False      # parsed from ``path`` by :attr:`proto` (not handed in)
         self._sha256: Optional[str] = None
         self.format = format or detect_format(self.path, data)
         self._handler = get_format(self.format)
@@ -97,6 +98,7 @@ class Model:
         """The parsed model (``onnx.ModelProto`` for ONNX)."""
         if self._proto is None:
             self._proto = self._handler.parse(self)
+            self._proto_from_file = self._data is None and self.path is not None
         return self._proto
 
     # -- format-specific work, delegated ------------------------------------------------------------

@@ -146,6 +146,7 @@ class CapabilityChecker:
 
     def check(self, model: Any) -> CapabilityReport:
         """The report for ``model`` (a path or :class:`sdk.Model`)."""
+        from ..digest import file_sha256
         from ..model import Model
 
         start = time.perf_counter()
@@ -156,7 +157,9 @@ class CapabilityChecker:
                              "give a model of that format, or another --target")
         nodes, notes = self._check_impl(m)
         device, fallback = self.devices()
-        return CapabilityReport(str(m.path), m.sha256, self.name, self.version_label(), device, fallback,
+        # a model this call loaded is its file: hash the file, not a re-serialization of the proto
+        sha256 = m.sha256 if m is model or m.path is None else file_sha256(m.path)
+        return CapabilityReport(str(m.path), sha256, self.name, self.version_label(), device, fallback,
                                 self.source(), nodes, notes, time.perf_counter() - start)
 
     # -- for subclasses --------------------------------------------------------------------------

@@ -49,15 +49,17 @@ class _Graph:
         import onnx
         from onnx import helper
 
+        from ...formats.onnx import weightless
+
         try:
-            inferred = onnx.shape_inference.infer_shapes(proto)
+            inferred = onnx.shape_inference.infer_shapes(weightless(proto)).graph
         except Exception:  # a graph shape inference cannot follow: check with what the file says
-            inferred = proto
-        g = inferred.graph
+            inferred = proto.graph
+        g = proto.graph
         self.graph = g
         self.dtype: Dict[str, str] = {}
         self.shape: Dict[str, List[Optional[int]]] = {}
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
+        for vi in list(inferred.input) + list(inferred.value_info) + list(inferred.output):
             tt = vi.type.tensor_type
             if tt.elem_type:
                 self.dtype[vi.name] = onnx.TensorProto.DataType.Name(tt.elem_type)

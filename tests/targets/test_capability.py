@@ -161,3 +161,25 @@ def test_tflite_custom_op_and_partial_delegation():
     q = check(data / "digits_int8.tflite", "tflite")
     assert q.ok and q.counts["runs"] > 0 and q.counts["fallback"] > 0
     assert all(n.device == "CPU" for n in q.falling_back())
+
+
+@pytest.mark.parametrize("name", ["ddddocr-ocr", "layout-cdla"])
+def test_shape_inference_without_weights_infers_the_same(fetched, name):
+    """The checker infers shapes on :func:`sdk.formats.onnx.weightless` (big initializers declared
+    as inputs): every value's type and shape equal full inference's, and the copy holds no big
+    initializer (ddddocr-ocr: 54 MB of weights serialized in and out was most of its check time)."""
+    from sdk.formats.onnx import weightless
+
+    proto = onnx.load(str(fetched[name]))
+    light = weightless(proto)
+    assert all(int(np.prod(i.dims)) <= 64 for i in light.graph.initializer)
+    assert light.ByteSize() < proto.ByteSize() / 4     # weights in initializers (ddddocr) or Constants (cdla)
+    full, fast = (onnx.shape_inference.infer_shapes(p) for p in (proto, light))
+
+    def types(m):
+        return {vi.name: vi.type.SerializeToString() for vi in list(m.graph.value_info) + list(m.graph.output)}
+
+    assert types(fast).items() <= types(full).items() and len(types(full)) > len(proto.graph.output)
+    # what full inference adds besides: only the big Constants' outputs, which the copy declares as inputs
+    inputs = {i.name: i.type.SerializeToString() for i in fast.graph.input}
+    assert {k: v for k, v in types(full).items() if k not in types(fast)}.items() <= inputs.items()
