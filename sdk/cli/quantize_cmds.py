@@ -213,6 +213,9 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         c.print(f"most sensitive layers (relative error they add x its gain to the outputs): {worst}")
     if rep.get("fallback_layers"):
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
+    balanced = [k for k, v in (rep.get("layer_precision") or {}).items() if "balanced" in v["precision"]]
+    if balanced:
+        c.print(f"INT8 with activation-weight balancing (instead of float): {', '.join(balanced)}")
     lat = rep.get("latency")
     if lat:
         ci = lat.get("speedup_ci95")
