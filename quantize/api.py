@@ -316,6 +316,9 @@ class QuantizeConfig:
     guard: bool = True
     #: a run whose accuracy could not be checked (too few samples to hold out) is a failure
     strict: bool = False
+    #: before the fallback keeps a MatMul/Gemm fed by a LayerNorm in float, try it in INT8 with
+    #: activation-weight balancing (:mod:`sdk.quantize.smooth`); False: float directly, as before
+    balance: bool = True
     progress: Optional[ProgressFn] = None
     #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
     tflite_io: str = "float"
@@ -654,7 +657,7 @@ class _Run:
         from .smooth import ALPHA, balance, balance_sites, describe, ranges_with
 
         run_eval = self.run_eval
-        if not self.fallback or run_eval is None:
+        if not self.fallback or run_eval is None or not self.cfg.balance:
             return res
         in_float = set(self.fallback)
         sites = [s for s in balance_sites(self.work) if in_float & set(s.consumers)]

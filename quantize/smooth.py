@@ -145,7 +145,8 @@ def balance_sites(proto: Any, idx: Optional[GraphIndex] = None) -> List[Site]:
         readers = idx.consumers.get(x, [])
         if x in idx.graph_outputs or not readers:
             continue
-        consumers, weights = [], []
+        consumers: List[str] = []
+        weights: List[Tuple[str, int]] = []
         for reader, slot in readers:
             if reader.op_type in _SHAPE_ONLY:
                 continue
