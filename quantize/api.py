@@ -785,8 +785,10 @@ class _Run:
         int8 = set(self.qplan.layers)
         user = set(self.cfg.exclude) - set(getattr(self, "auto_excluded", []))
         wide = set(getattr(self, "auto_excluded", []))
-        speed = set(getattr(self.scheme, "float_layers", ())) | set(self.all_layers) - int8 - set(self.fallback) \
-            - user - wide
+        ops = {n.name: n.op_type for n in self.work.graph.node}
+        int8_ops = getattr(self.scheme, "int8_ops", None)
+        speed = set(getattr(self.scheme, "float_layers", ())) | \
+            {x for x in self.all_layers if int8_ops and ops.get(x) not in int8_ops}
         tried = {c for s in (self.balancing or {}).get("sites", {}).values() for c in s["consumers"]}
         out: Dict[str, Dict[str, str]] = {}
         for layer in self.all_layers:
@@ -805,6 +807,9 @@ class _Run:
                                                            f"{CONCAT_RANGE_RATIO:g}x"}
             elif layer in speed:
                 out[layer] = {"precision": "float", "why": "faster in float on this host (speed check)"}
+            else:
+                out[layer] = {"precision": "float", "why": "the scheme quantizes it only next to int8 layers, and "
+                                                           "its neighbours are in float"}
         return out
 
     def extras(self) -> Dict[str, Any]:
