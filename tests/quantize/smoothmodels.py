@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -49,13 +47,11 @@ def layernorm_matmul(path: Path, *, form: str = "written out", residual: bool = 
     nodes += [helper.make_node(op, ["ln_out", "fc1_w"], ["h"], name="fc1"),
               helper.make_node("Relu", ["h"], ["hr"], name="relu"),
               helper.make_node(op, ["hr", "fc2_w"], ["y0"], name="fc2")]
-    out = "y0"
     if residual:
         inits.append(numpy_helper.from_array((rng.standard_normal((C, 8)) * 0.1).astype(np.float32), "res_w"))
         nodes += [helper.make_node("Add", ["ln_out", "x"], ["res"], name="residual"),
                   helper.make_node(op, ["res", "res_w"], ["y1"], name="fc_res"),
                   helper.make_node("Add", ["y0", "y1"], ["y"], name="sum")]
-        out = "y"
     else:
         nodes.append(helper.make_node("Identity", ["y0"], ["y"], name="out"))
     g = helper.make_graph(nodes, "ln_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
@@ -75,6 +71,6 @@ def inputs(n: int, seed: int = 1, gemm: bool = False) -> np.ndarray:
     return x.reshape(n, T, C) if gemm else x
 
 
-def save_inputs(path: Path, n: int, seed: int = 1, gemm: bool = False, name: Optional[str] = "x") -> Path:
+def save_inputs(path: Path, n: int, seed: int = 1, gemm: bool = False) -> Path:
     np.save(path, inputs(n, seed, gemm))
     return path
