@@ -9,6 +9,11 @@ latency of FP32 and both INT8 models timed interleaved in this process (medians,
 
     python benchmarks/quantize_balancing.py                       # ppocr-v4-rec, 16/16/24 inputs
     python benchmarks/quantize_balancing.py --model ppocr-v4-rec --calib 32 --eval 16 --unseen 32
+    python benchmarks/quantize_balancing.py --sites-only   # only the LayerNorm-fed layers in INT8
+
+``--sites-only``: every layer in float but the MatMul/Gemm layers fed by a balanceable LayerNorm,
+those in INT8 without and with balancing (no budget, no fallback): the error those layers alone add
+at the outputs, cosine and task metric vs FP32 on the unseen inputs.
 """
 from __future__ import annotations
 
@@ -27,7 +32,10 @@ def main() -> None:
     ap.add_argument("--unseen", type=int, default=24)
     ap.add_argument("--min-task-metric", type=float, default=0.99, help="the budget (1-CER within 1 point: 0.99)")
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads of the timing sessions")
+    ap.add_argument("--sites-only", action="store_true")
     a = ap.parse_args()
+    if a.sites_only:
+        return sites_only(a)
 
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
@@ -69,6 +77,39 @@ def main() -> None:
     print(f"  balanced / float fallback: float layers {b['float']}/{f['float']}, INT8 latency {ms[2] / ms[1]:.3f}x, "
           f"speedup {(ms[0] / ms[2]) / (ms[0] / ms[1]):.3f}x")
     print(f"  balancing: {b['balancing']}")
+
+
+def sites_only(a: argparse.Namespace) -> None:
+    from sdk import corpus
+    from sdk.corpus.tasks import run_reference
+    from sdk.quantize import quantize
+    from sdk.quantize.api import _prepare
+    from sdk.quantize.calibrate import calibrate, calibration_tensors
+    from sdk.quantize.smooth import balance, balance_sites
+
+    path = str(corpus.fetch([a.model])[a.model])
+    calib = corpus.sample_inputs(a.model, a.calib, seed=0)
+    unseen = corpus.sample_inputs(a.model, a.unseen, seed=2)
+    model, _ = _prepare(path, corpus.get(a.model).input_shapes)
+    sites = balance_sites(model.proto)
+    keep = {c for s in sites for c in s.consumers}
+    plan = calibration_tensors(model.proto)
+    stats = calibrate(model, [(f, None) for f in calib], workers=1, plan=plan, tensors=plan["extremes"])
+    bal = balance(model.proto, sites, stats)
+    ref = run_reference(path, unseen)
+    print(f"{a.model}: {len(sites)} balanceable sites, layers {sorted(keep)} alone in INT8 "
+          f"({a.calib} calibration, {a.unseen} unseen inputs)")
+    for label, proto in (("unbalanced", model.proto), ("balanced", bal.proto)):
+        m = model.derive(proto)
+        others = [n.name for n in proto.graph.node if n.name not in keep]
+        r = quantize(m, calib, workers=1, budget=False, speed_check=False, use_cache=False, exclude=others)
+        got = run_reference(r.model.proto.SerializeToString(), unseen)
+        cos = [float(np.dot(x.ravel(), y.ravel()) / (np.linalg.norm(x) * np.linalg.norm(y)))
+               for xr, yr in zip(ref, got) for x, y in zip(xr, yr)]
+        err = [float(np.sum((x - y) ** 2) / np.sum(x * x)) for xr, yr in zip(ref, got) for x, y in zip(xr, yr)]
+        print(f"  {label:10s} int8 layers {sorted(r.plan.layers)}  output cosine {np.mean(cos):.6f}  "
+              f"relative squared error {np.mean(err):.3e}  task metric vs FP32 {corpus.metric(a.model, ref, got):.4f}")
+    print(f"  scales s per site (max/min): {[round(float(s.max() / s.min()), 1) for s in bal.scales.values()]}")
 
 
 if __name__ == "__main__":
