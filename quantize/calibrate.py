@@ -221,12 +221,12 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
 
 def calibrate_shard(path: str, names: Sequence[str], channels: Sequence[str], model_sha256: str,
                     samples: Iterable[Any], *, nbins: int = NBINS, threads: int = 1,
-                    max_batch: int = 8) -> CalibrationStats:
+                    max_batch: int = 8, extremes: Sequence[str] = ()) -> CalibrationStats:
     """The statistics of one shard of samples (``(feed, label)`` pairs) on the augmented model at
     ``path`` (:func:`augment`): one session, adaptive batches, mergeable with
     :meth:`CalibrationStats.merge`. The unit of work an executor distributes."""
     return _calibrate_here(path, list(names), list(channels), model_sha256, nbins, threads,
-                           AdaptiveBatches(samples, max_batch), None, None)
+                           AdaptiveBatches(samples, max_batch), None, None, extremes=extremes)
 
 
 def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, progress,

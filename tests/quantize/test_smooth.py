@@ -186,3 +186,17 @@ def test_cli_says_which_layers_were_balanced_and_no_balance_turns_it_off(tmp_pat
     p = sdk("--no-balance")
     assert p.returncode == 0, p.stderr
     assert "kept in float: fc1" in p.stdout and "balancing" not in p.stdout
+
+
+def test_channel_extremes_are_the_same_with_two_calibration_threads(tmp_path):
+    m = Model.load(layernorm_matmul(tmp_path / "m.onnx"))
+    feeds = [{"x": v} for v in inputs(20)]
+    plan = calibration_tensors(m.proto)
+    one = calibrate(m, [(f, None) for f in feeds], workers=1, plan=plan)
+    two = calibrate(m, [(f, None) for f in feeds], workers=2, plan=plan)
+    want = np.concatenate([f["x"] for f in feeds])
+    assert one["x"].channel_max is None                       # only the sites' tensors keep them
+    for name in plan["extremes"]:
+        assert np.array_equal(one[name].channel_max, two[name].channel_max)
+        assert np.array_equal(one[name].channel_min, two[name].channel_min)
+    assert want.shape[-1] == len(one["ln_out"].channel_max)
