@@ -668,7 +668,8 @@ class _Run:
         self.balancing = info
         if not bal.sites:
             return res
-        builder = _Builder(bal.proto, self.scheme, bal.stats, ranges_with(self.ranges, bal), self.cfg.bias_correction)
+        bal_ranges = ranges_with(self.ranges, bal)
+        builder = _Builder(bal.proto, self.scheme, bal.stats, bal_ranges, self.cfg.bias_correction)
         consumer_site = {c: s for s in bal.sites for c in s.consumers}
         candidates = [x for x in self.fallback if x in consumer_site]    # most sensitive first
         tried: Dict[int, Tuple[bool, Dict[str, Any], Tuple[Any, Any, Any]]] = {}
@@ -705,7 +706,7 @@ class _Run:
         rescued = candidates[len(candidates) - best:]
         ok, r, q = tried[best]
         self.qproto, self.qplan, self.qparams = q
-        self.builder, self.work = builder, bal.proto
+        self.builder, self.work, self.ranges = builder, bal.proto, bal_ranges   # what extras() exports
         self.fallback = [x for x in self.fallback if x not in set(rescued)]
         self.balanced_layers = {x: describe(consumer_site[x], ALPHA) for x in rescued}
         info["result"] = f"{len(rescued)} of {len(candidates)} layers back in INT8, balanced"

@@ -200,3 +200,22 @@ def test_channel_extremes_are_the_same_with_two_calibration_threads(tmp_path):
         assert np.array_equal(one[name].channel_max, two[name].channel_max)
         assert np.array_equal(one[name].channel_min, two[name].channel_min)
     assert want.shape[-1] == len(one["ln_out"].channel_max)
+
+
+def test_exported_ranges_are_the_balanced_models(tmp_path):
+    model = layernorm_matmul(tmp_path / "m.onnx")
+    res = _quantize(tmp_path, model, min_cosine=0.999, ranges_path=tmp_path / "r.json", output=tmp_path / "q.onnx")
+    import json
+
+    acts = json.loads((tmp_path / "r.json").read_text())["activations"]
+    x = np.concatenate([r[-1].ravel() for r in _run_with(res.model.proto, "ln_out", inputs(64, seed=1))])
+    assert res.report["layer_precision"]["fc1"]["precision"].startswith("int8 (balanced")
+    assert np.isclose(acts["ln_out"]["max"], x.max(), rtol=1e-4) and np.isclose(acts["ln_out"]["min"], x.min(),
+                                                                                 rtol=1e-4)
+
+
+def _run_with(proto, tensor, x):
+    aug = onnx.ModelProto()
+    aug.CopyFrom(proto)
+    aug.graph.output.append(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None))
+    return _run(aug, [{"x": v} for v in x])
