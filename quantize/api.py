@@ -119,7 +119,10 @@ def load_or_calibrate(model: Any, source: Any, *, stats_path: Optional[Union[str
 
     plan = calibration_tensors(model.proto)
     names = plan["tensors"]
-    key = hashlib.sha256((model.sha256 + "\0" + "\0".join(names)).encode()).hexdigest()
+    extremes = plan.get("extremes", [])
+    # the per-channel extremes balancing needs are part of the key (models without a balancing site: as before)
+    key_text = model.sha256 + "\0" + "\0".join(names) + ("\0extremes\0" + "\0".join(extremes) if extremes else "")
+    key = hashlib.sha256(key_text.encode()).hexdigest()
     fp = source.fingerprint() if hasattr(source, "fingerprint") else None
     notes: List[str] = []
     candidates: List[Path] = []
@@ -313,6 +316,9 @@ class QuantizeConfig:
     guard: bool = True
     #: a run whose accuracy could not be checked (too few samples to hold out) is a failure
     strict: bool = False
+    #: before the fallback keeps a MatMul/Gemm fed by a LayerNorm in float, try it in INT8 with
+    #: activation-weight balancing (:mod:`sdk.quantize.smooth`); False: float directly, as before
+    balance: bool = True
     progress: Optional[ProgressFn] = None
     #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
     tflite_io: str = "float"
@@ -404,6 +410,9 @@ class _Run:
         self.feed: Optional[Dict[str, np.ndarray]] = None
         self.held_out: Any = None                       # the guard's held-out calibration samples
         self.budget_report: Optional[Dict[str, Any]] = None
+        self.run_eval: Optional[Callable[..., Dict[str, Any]]] = None
+        self.balancing: Optional[Dict[str, Any]] = None     # activation-weight balancing tried (smooth.py)
+        self.balanced_layers: Dict[str, str] = {}           # layer -> "int8 (balanced, a=0.5)"
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
@@ -490,6 +499,7 @@ class _Run:
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
                                     "it needs Conv, Gemm, MatMul or similar with float weights")
         self.layers_full = len(self.qplan.layers)
+        self.all_layers = list(self.qplan.layers)   # the quantizable layers, for the per-layer precision report
         self.weights_full = len(self.qplan.weights)  # coverage before any fallback or speed choice
 
     def _first_feed(self) -> Dict[str, np.ndarray]:
@@ -555,6 +565,7 @@ class _Run:
                             _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
                             task_metric=metric, roles=roles)
 
+        self.run_eval = run_eval
         result = run_eval(self.qproto)
         needs_fallback = self.budget.active and not self.budget.holds(result)
         if cfg.sensitivity or needs_fallback:
@@ -636,7 +647,70 @@ class _Run:
         self.fallback_evaluations = evals
         self.qproto, self.qplan, self.qparams = built[len(prefix)]
         self.fallback = list(prefix)
-        return res
+        return self._balance_before_float(res)
+
+    def _balance_before_float(self, res: Dict[str, Any]) -> Dict[str, Any]:
+        """Float is the last resort for a MatMul/Gemm fed by a LayerNorm: the fallback's float layers
+        that read a balanceable LayerNorm (:mod:`sdk.quantize.smooth`) are tried in INT8 with the
+        activation-weight balancing, all of them first, then the least sensitive ones (bisected), on
+        all the held-out data; those for which the budget holds stay INT8, balanced."""
+        from .smooth import ALPHA, balance, balance_sites, describe, ranges_with
+
+        run_eval = self.run_eval
+        if not self.fallback or run_eval is None or not self.cfg.balance:
+            return res
+        in_float = set(self.fallback)
+        sites = [s for s in balance_sites(self.work) if in_float & set(s.consumers)]
+        if not sites:
+            return res
+        bal = balance(self.work, sites, self.stats, ALPHA)
+        info: Dict[str, Any] = {"alpha": ALPHA, "sites": {}, "skipped": dict(bal.skipped), "evaluations": 0}
+        self.balancing = info
+        if not bal.sites:
+            return res
+        bal_ranges = ranges_with(self.ranges, bal)
+        builder = _Builder(bal.proto, self.scheme, bal.stats, bal_ranges, self.cfg.bias_correction)
+        consumer_site = {c: s for s in bal.sites for c in s.consumers}
+        candidates = [x for x in self.fallback if x in consumer_site]    # most sensitive first
+        tried: Dict[int, Tuple[bool, Dict[str, Any], Tuple[Any, Any, Any]]] = {}
+
+        def attempt(m: int) -> bool:      # the m least sensitive candidates back in INT8, balanced
+            if m not in tried:
+                rescued = set(candidates[len(candidates) - m:])
+                floats = [x for x in self.fallback if x not in rescued]
+                q = builder.build(exclude=list(self.cfg.exclude) + floats)
+                r = run_eval(q[0])
+                tried[m] = (self.budget.holds(r), r, q)
+                info["evaluations"] += 1
+            return tried[m][0]
+
+        lo, hi = 0, len(candidates)      # lo: known to hold (the search's result); find the largest m
+        if not attempt(hi):
+            hi -= 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if attempt(mid):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            best = lo
+        else:
+            best = hi
+        for site in bal.sites:
+            info["sites"][site.tensor] = {"form": site.form, "consumers": list(site.consumers),
+                                                    "scale_max": round(float(bal.scales[site.tensor].max()), 4),
+                                                    "scale_min": round(float(bal.scales[site.tensor].min()), 4)}
+        if best == 0:
+            info["result"] = "balancing did not hold the budget: those layers stay in float"
+            return res
+        rescued = candidates[len(candidates) - best:]
+        ok, r, q = tried[best]
+        self.qproto, self.qplan, self.qparams = q
+        self.builder, self.work, self.ranges = builder, bal.proto, bal_ranges   # what extras() exports
+        self.fallback = [x for x in self.fallback if x not in set(rescued)]
+        self.balanced_layers = {x: describe(consumer_site[x], ALPHA) for x in rescued}
+        info["result"] = f"{len(rescued)} of {len(candidates)} layers back in INT8, balanced"
+        return r
 
     def finish_latency(self) -> None:
         from .speed import GRAPH_OPTIMIZATION, PROVIDER, SLOWER_TOLERANCE, bench_command, latency_rounds, speedup_interval
@@ -693,16 +767,51 @@ class _Run:
             "accuracy": self.accuracy_report,
             "sensitivity": self.sensitivity,
             "fallback_layers": self.fallback,
+            "layer_precision": self.layer_precision(),
             "latency": self.latency,
             "failures": self.failures,
             "time_s": round(elapsed_s, 3),
         }
+        if self.balancing is not None:
+            report["balancing"] = self.balancing
         if self.budget_report is not None:
             report["budget"] = self.budget_report
             if self.fallback:
                 report["fallback_evaluations"] = getattr(self, "fallback_evaluations", None)
         return QuantizeResult(self.prepared.derive(self.qproto), report, stats, self.ranges, plan, self.qparams,
                               self.scheme, failures=list(self.failures))
+
+    def layer_precision(self) -> Dict[str, Dict[str, str]]:
+        """Each layer the scheme can quantize: ``{"precision", "why"}`` as the run left it."""
+        int8 = set(self.qplan.layers)
+        user = set(self.cfg.exclude) - set(getattr(self, "auto_excluded", []))
+        wide = set(getattr(self, "auto_excluded", []))
+        ops = {n.name: n.op_type for n in self.work.graph.node}
+        int8_ops = getattr(self.scheme, "int8_ops", None)
+        speed = set(getattr(self.scheme, "float_layers", ())) | \
+            {x for x in self.all_layers if int8_ops and ops.get(x) not in int8_ops}
+        tried = {c for s in (self.balancing or {}).get("sites", {}).values() for c in s["consumers"]}
+        out: Dict[str, Dict[str, str]] = {}
+        for layer in self.all_layers:
+            if layer in self.balanced_layers:
+                out[layer] = {"precision": self.balanced_layers[layer],
+                              "why": "in float the budget held; balanced INT8 holds it too"}
+            elif layer in int8:
+                out[layer] = {"precision": "int8", "why": "within the budget"}
+            elif layer in self.fallback:
+                out[layer] = {"precision": "float", "why": "accuracy budget (sensitivity fallback)"
+                              + ("; balanced INT8 did not hold it" if layer in tried else "")}
+            elif layer in user:
+                out[layer] = {"precision": "float", "why": "excluded (--exclude)"}
+            elif layer in wide:
+                out[layer] = {"precision": "float", "why": f"a Concat of inputs whose ranges differ more than "
+                                                           f"{CONCAT_RANGE_RATIO:g}x"}
+            elif layer in speed:
+                out[layer] = {"precision": "float", "why": "faster in float on this host (speed check)"}
+            else:
+                out[layer] = {"precision": "float", "why": "the scheme quantizes it only next to int8 layers, and "
+                                                           "its neighbours are in float"}
+        return out
 
     def extras(self) -> Dict[str, Any]:
         extras: Dict[str, Any] = {}

@@ -28,8 +28,10 @@ _FOLDED = ("Relu", "Clip")
 
 def calibration_tensors(proto: Any, all_tensors: bool = False,
                         idx: Optional[GraphIndex] = None) -> Dict[str, List[str]]:
-    """``{"tensors": [...], "channels": [...]}``: the float activations to calibrate, and those
-    that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias correction).
+    """``{"tensors": [...], "channels": [...], "extremes": [...]}``: the float activations to
+    calibrate, those that feed Conv/Gemm/MatMul (for which per-channel means are kept for bias
+    correction), and those activation-weight balancing may rescale (per-channel minima and maxima
+    along the last axis are kept: :func:`sdk.quantize.smooth.balance_sites`).
 
     Every float activation is calibrated except the output of a Conv/Gemm/MatMul/Add read only by a
     Relu/Clip: no scheme quantizes it (the activation folds into the op, the Q/DQ goes after it), and
@@ -46,7 +48,11 @@ def calibration_tensors(proto: Any, all_tensors: bool = False,
         names = [n for n in names if not folded(n)]
     chans = sorted({n.input[0] for n in proto.graph.node if n.op_type in _CHANNEL_OPS and n.input
                     and n.input[0] in set(names)})
-    return {"tensors": names, "channels": chans}
+    from .smooth import balance_sites
+
+    wanted = set(names)
+    extremes = sorted({t for site in balance_sites(proto, idx) for t in site.scaled if t in wanted})
+    return {"tensors": names, "channels": chans, "extremes": extremes}
 
 
 def augment(proto: Any, names: Sequence[str], idx: Optional[GraphIndex] = None) -> Any:
@@ -180,6 +186,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
     plan = plan if plan is not None else calibration_tensors(proto, idx=idx)
     names = list(tensors) if tensors is not None else plan["tensors"]
     chans = [c for c in plan["channels"] if c in set(names)]
+    extremes = [c for c in plan.get("extremes", []) if c in set(names)]
     if not names:
         raise QuantizationError(f"'{model.name}' has no float activation to calibrate")
     dynamic_batch = all(not (isinstance(s.shape[0], int) and s.shape[0] > 0) for s in model.inputs if s.shape)
@@ -204,7 +211,7 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
 
         onnx.save(augment(proto, names, idx), path)
         job = CalibrationJob(path, tuple(names), tuple(chans), model.sha256, nbins, batch_size, workers, threads,
-                             workers_given, adaptive)
+                             workers_given, adaptive, tuple(extremes))
         stats = ex.collect(job, samples, source, total, progress)
     _check(stats, model.name)
     stats.meta.update({"batch_size": stats.meta.get("batch_size", batch_size),
@@ -214,17 +221,18 @@ def calibrate(model: Any, samples: Iterable[Any], *, batch_size: Optional[int] =
 
 def calibrate_shard(path: str, names: Sequence[str], channels: Sequence[str], model_sha256: str,
                     samples: Iterable[Any], *, nbins: int = NBINS, threads: int = 1,
-                    max_batch: int = 8) -> CalibrationStats:
+                    max_batch: int = 8, extremes: Sequence[str] = ()) -> CalibrationStats:
     """The statistics of one shard of samples (``(feed, label)`` pairs) on the augmented model at
     ``path`` (:func:`augment`): one session, adaptive batches, mergeable with
     :meth:`CalibrationStats.merge`. The unit of work an executor distributes."""
     return _calibrate_here(path, list(names), list(channels), model_sha256, nbins, threads,
-                           AdaptiveBatches(samples, max_batch), None, None)
+                           AdaptiveBatches(samples, max_batch), None, None, extremes=extremes)
 
 
-def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, progress) -> CalibrationStats:
+def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, progress,
+                    extremes: Sequence[str] = ()) -> CalibrationStats:
     sess = _session(path, threads)
-    stats = CalibrationStats.empty(sha, names, nbins, chans)
+    stats = CalibrationStats.empty(sha, names, nbins, chans, extremes)
     done = 0
     for feed, _, n in batches:
         nbytes = _run_batch(sess, names, stats, feed, n)
@@ -236,7 +244,8 @@ def _calibrate_here(path, names, chans, sha, nbins, threads, batches, total, pro
     return stats
 
 
-def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches, total, progress) -> CalibrationStats:
+def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches, total, progress,
+                       extremes: Sequence[str] = ()) -> CalibrationStats:
     """``workers`` threads in this process, one ONNX Runtime session and one shard of statistics
     each, pulling batches from one iterator. ONNX Runtime's run and NumPy's loops (bincount
     included) release the GIL, so the threads use separate cores; no process start-up, no copies
@@ -255,7 +264,7 @@ def _calibrate_threads(path, names, chans, sha, nbins, threads, workers, batches
                 state["error"] = exc
 
     def work() -> None:
-        stats = CalibrationStats.empty(sha, names, nbins, chans)
+        stats = CalibrationStats.empty(sha, names, nbins, chans, extremes)
         shards.append(stats)
         try:
             sess = _session(path, threads)

@@ -64,9 +64,11 @@ class CalibrationJob:
     threads: int
     workers_given: bool = True
     adaptive: bool = False  # batch size from the measured activation bytes (calibrate.AdaptiveBatches)
+    #: tensors that also keep per-channel minima and maxima (last axis; :mod:`sdk.quantize.smooth`)
+    extremes: Tuple[str, ...] = ()
 
     def empty_stats(self) -> CalibrationStats:
-        return CalibrationStats.empty(self.model_sha256, self.names, self.nbins, self.channels)
+        return CalibrationStats.empty(self.model_sha256, self.names, self.nbins, self.channels, self.extremes)
 
 
 class Executor:
@@ -134,9 +136,9 @@ class ThreadsExecutor(Executor):
         names, chans = list(job.names), list(job.channels)
         if job.workers == 1:
             return _calibrate_here(job.model_path, names, chans, job.model_sha256, job.nbins, job.threads, batches,
-                                   total, progress)
+                                   total, progress, extremes=job.extremes)
         return _calibrate_threads(job.model_path, names, chans, job.model_sha256, job.nbins, job.threads,
-                                  job.workers, batches, total, progress)
+                                  job.workers, batches, total, progress, extremes=job.extremes)
 
 
 # -- shards of a source ------------------------------------------------------------------------------------
@@ -219,8 +221,9 @@ class _ShardWorker:
     an actor that Ray restarts needs nothing that may have gone out of scope."""
 
     def __init__(self, names: Sequence[str], channels: Sequence[str], sha: str, nbins: int, batch_size: int,
-                 threads: int):
+                 threads: int, extremes: Sequence[str] = ()):
         self.job = (list(names), list(channels), sha, nbins, batch_size)
+        self.extremes = list(extremes)
         self.threads = threads
         self.sess: Any = None
         self.load_s = 0.0
@@ -254,7 +257,7 @@ class _ShardWorker:
         self._load(model)
         names, chans, sha, nbins, batch_size = self.job
         t0 = time.perf_counter()
-        stats = CalibrationStats.empty(sha, names, nbins, chans)
+        stats = CalibrationStats.empty(sha, names, nbins, chans, self.extremes)
         try:
             for feed, _, n in batched(shard.samples(), batch_size):
                 _run_batch(self.sess, names, stats, feed, n)
@@ -376,7 +379,7 @@ class RayExecutor(Executor):
         model_ref = ray.put(Path(job.model_path).read_bytes())
         model = [model_ref]   # nested: the actors fetch it themselves (the driver keeps it alive)
         actors = [actor_cls.remote(list(job.names), list(job.channels), job.model_sha256, job.nbins, job.batch_size,
-                                   self.cpus_per_worker) for _ in range(workers)]
+                                   self.cpus_per_worker, list(job.extremes)) for _ in range(workers)]
         t0 = time.perf_counter()
         try:   # start-up (processes, imports, sessions) apart
             ray.get([a.ready.remote(model) for a in actors])

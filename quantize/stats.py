@@ -99,6 +99,11 @@ class TensorStats:
     channel_sum: Optional[np.ndarray] = None
     channel_count: int = 0
     track_channels: bool = False
+    #: per-channel minimum and maximum along the last axis (the features of a MatMul/Gemm input),
+    #: kept for the tensors that activation-weight balancing (:mod:`sdk.quantize.smooth`) rescales
+    channel_min: Optional[np.ndarray] = None
+    channel_max: Optional[np.ndarray] = None
+    track_extremes: bool = False
 
     def __post_init__(self):
         if self.hist is None:
@@ -135,6 +140,8 @@ class TensorStats:
         self.zeros += zeros
         if self.track_channels and full is not None and channel_axis is not None and full.ndim >= 2:
             self._add_channel_sums(full, channel_axis)
+        if self.track_extremes and full is not None and full.ndim >= 1:
+            self._add_channel_extremes(full)
         if self.width == 0.0:
             self.width = _pow2_width(max(abs(lo), abs(hi)), self.nbins)
             if self.width == 0.0:  # all zeros so far: zero is bin 0 whatever the width
@@ -160,6 +167,18 @@ class TensorStats:
         if self.channel_sum is None or len(self.channel_sum) == len(s):
             self.channel_sum = s if self.channel_sum is None else self.channel_sum + s
             self.channel_count += x.size // x.shape[channel_axis]
+
+    def _add_channel_extremes(self, x: np.ndarray) -> None:
+        rows = x.reshape(-1, x.shape[-1])
+        lo, hi = rows.min(axis=0).astype(np.float64), rows.max(axis=0).astype(np.float64)
+        self._merge_extremes(lo, hi)
+
+    def _merge_extremes(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        if self.channel_min is None or self.channel_max is None:
+            self.channel_min, self.channel_max = lo.copy(), hi.copy()
+        elif len(self.channel_min) == len(lo):
+            self.channel_min = np.minimum(self.channel_min, lo)
+            self.channel_max = np.maximum(self.channel_max, hi)
 
     def _add_histogram(self, flat: np.ndarray, lo: float, scratch: "_Scratch") -> Tuple[np.ndarray, int]:
         """Add ``flat`` (finite, fitting the current width) to the histogram; returns the batch's
@@ -235,6 +254,9 @@ class TensorStats:
             elif len(self.channel_sum) == len(other.channel_sum):
                 self.channel_sum = self.channel_sum + other.channel_sum
                 self.channel_count += other.channel_count
+        if other.channel_min is not None and other.channel_max is not None:
+            self.track_extremes = True
+            self._merge_extremes(other.channel_min, other.channel_max)
         return self
 
     # -- views ----------------------------------------------------------------------------------------------
@@ -277,6 +299,8 @@ class TensorStats:
         }
         if self.channel_sum is not None:
             out[prefix + "chsum"] = self.channel_sum
+        if self.channel_min is not None and self.channel_max is not None:
+            out[prefix + "chmin"], out[prefix + "chmax"] = self.channel_min, self.channel_max
         return out
 
     @classmethod
@@ -285,8 +309,12 @@ class TensorStats:
         lo, hi, width = (float(v) for v in arrays[prefix + "range"])
         hist = np.asarray(arrays[prefix + "hist"], np.int64)
         chsum = arrays.get(prefix + "chsum")
+        chmin, chmax = arrays.get(prefix + "chmin"), arrays.get(prefix + "chmax")
+        extremes = chmin is not None and chmax is not None
         return cls(name, len(hist) // 2, count, nonfinite, zeros, at_min, at_max, lo, hi, width, hist.copy(),
-                   None if chsum is None else np.asarray(chsum, np.float64), ch_count)
+                   None if chsum is None else np.asarray(chsum, np.float64), ch_count,
+                   channel_min=np.asarray(chmin, np.float64) if extremes else None,
+                   channel_max=np.asarray(chmax, np.float64) if extremes else None, track_extremes=extremes)
 
 
 class CalibrationStats:
@@ -307,10 +335,12 @@ class CalibrationStats:
 
     @classmethod
     def empty(cls, model_sha256: str, names: Iterable[str], nbins: int = NBINS,
-              channel_names: Iterable[str] = ()) -> "CalibrationStats":
-        """Empty statistics for ``names``; ``channel_names`` also keep per-channel sums (axis 1)."""
-        chans = set(channel_names)
-        return cls(model_sha256, {n: TensorStats(n, nbins, track_channels=n in chans) for n in names})
+              channel_names: Iterable[str] = (), extreme_names: Iterable[str] = ()) -> "CalibrationStats":
+        """Empty statistics for ``names``; ``channel_names`` also keep per-channel sums (axis 1),
+        ``extreme_names`` per-channel minima and maxima (last axis)."""
+        chans, ext = set(channel_names), set(extreme_names)
+        return cls(model_sha256, {n: TensorStats(n, nbins, track_channels=n in chans, track_extremes=n in ext)
+                                  for n in names})
 
     @property
     def names(self) -> List[str]:

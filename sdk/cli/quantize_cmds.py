@@ -49,6 +49,9 @@ def quantize_cmd(
     strict: bool = typer.Option(
         False, "--strict", help="Exit 1 when accuracy could not be checked (no --eval and too few calibration "
                                 "samples to hold out 8)."),
+    no_balance: bool = typer.Option(
+        False, "--no-balance", help="Keep a MatMul/Gemm fed by a LayerNorm in float when the budget needs it, "
+                                    "without first trying it in INT8 with activation-weight balancing."),
     output_role: Optional[List[str]] = typer.Option(
         None, "--output-role", help="NAME=ROLE: how the default budget judges an output (detections, scores, mask, "
                                     "classes, log, embedding, cosine), over the role recognised (repeatable)."),
@@ -125,7 +128,7 @@ def quantize_cmd(
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
-        cpu_arch=cpu_arch, cpu_flags=cpu_flags, strict=strict, output_roles=roles or None,
+        cpu_arch=cpu_arch, cpu_flags=cpu_flags, strict=strict, output_roles=roles or None, balance=not no_balance,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
@@ -213,6 +216,9 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         c.print(f"most sensitive layers (relative error they add x its gain to the outputs): {worst}")
     if rep.get("fallback_layers"):
         c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
+    balanced = [k for k, v in (rep.get("layer_precision") or {}).items() if "balanced" in v["precision"]]
+    if balanced:
+        c.print(f"INT8 with activation-weight balancing (instead of float): {', '.join(balanced)}")
     lat = rep.get("latency")
     if lat:
         ci = lat.get("speedup_ci95")
