@@ -167,15 +167,16 @@ def _check_mapped(m: Any, ref_m: Any, iomap: IOMap) -> None:
     bad: List[str] = [f"input '{s.name}' is {s.dtype}, the reference's '{iomap.inputs[s.name][0]}' "
                       f"{ref_in[iomap.inputs[s.name][0]].dtype}" for s in m.inputs
                       if s.name in iomap.inputs and s.dtype != ref_in[iomap.inputs[s.name][0]].dtype]
-    for specs, refs, side in ((m.inputs, ref_in, iomap.inputs), (m.outputs, ref_out, iomap.outputs)):
-        for s in specs:
-            if s.name not in side:
-                continue
-            name, perm = side[s.name]
-            want = _permuted(refs[name].shape, perm) if perm is None or len(perm) == len(refs[name].shape) else None
-            if want is None or not _same(s.shape, want):
-                bad.append(f"'{s.name}' is {_show(s.shape)}, the reference's '{name}' {_show(refs[name].shape)}"
-                           + (f" (layout {list(perm)})" if perm else ""))
+    # inputs only: an ONNX model's declared output shapes may be stale for the converted shapes (a
+    # board output of another shape is named when the outputs are compared)
+    for s in m.inputs:
+        if s.name not in iomap.inputs:
+            continue
+        name, perm = iomap.inputs[s.name]
+        want = _permuted(ref_in[name].shape, perm) if perm is None or len(perm) == len(ref_in[name].shape) else None
+        if want is None or not _same(s.shape, want):
+            bad.append(f"input '{s.name}' is {_show(s.shape)}, the reference's '{name}' {_show(ref_in[name].shape)}"
+                       + (f" (layout {list(perm)})" if perm else ""))
     if bad:
         raise InputError(f"{m.name} does not match the reference model {ref_m.name}: {bad[0]}",
                          "give the ONNX model it was converted from, at the shapes it was converted at")
