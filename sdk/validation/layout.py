@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import EdgeSDKError, InputError
 
 __all__ = ["IOMap", "io_map"]
 
@@ -98,7 +98,7 @@ def _recorded(m: Any) -> Optional[Dict[str, Any]]:
 
     try:
         cls = target_class(default_target(m))
-    except Exception:  # an unknown format or a target that cannot load: nothing recorded
+    except (EdgeSDKError, ImportError):  # an unknown format or a target that cannot load: nothing recorded
         return None
     return cls.source_io(m)
 
@@ -148,8 +148,6 @@ def _check_same_inputs(m: Any, ref_m: Any) -> None:
                 f"{_show(r.shape)} (another layout), and {m.name} records no layout of its source model",
                 f"convert it with 'sdk convert {ref_m.name} -o {m.name}', which records the layouts, or give "
                 "a reference model that takes the same layout")
-        raise InputError(f"input '{s.name}' of {m.name} is {_show(s.shape)}, the reference model {ref_m.name}'s is "
-                         f"{_show(r.shape)}", "give the reference model that takes the same inputs")
 
 
 def _check_mapped(m: Any, ref_m: Any, iomap: IOMap) -> None:
