@@ -344,10 +344,9 @@ class TFLiteCandidate(Candidate):
         for feed in feeds:
             for d, (_name, arr) in zip(inputs, _match_inputs(inputs, feed, rec)):
                 x = np.asarray(arr)
-                perm = rec[d["name"]][1] if d["name"] in rec else None
-                if perm is not None and x.ndim == len(perm):
-                    x = x.transpose(perm)
-                elif not rec and tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and \
+                if rec:
+                    x = _file_layout(x, rec[d["name"]][1] if d["name"] in rec else None)
+                elif tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and \
                         tuple(x.transpose(0, 2, 3, 1).shape) == tuple(d["shape"]):
                     x = x.transpose(0, 2, 3, 1)  # no record: guessed from the shapes
                 it.set_tensor(d["index"], x.astype(d["dtype"]))
@@ -371,6 +370,11 @@ def _dequantized(a: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
         shape[int(qp.get("quantized_dimension", 0))] = scales.size
         scales, zps = scales.reshape(shape), zps.reshape(shape)
     return ((a.astype(np.float64) - zps) * scales).astype(np.float32)
+
+
+def _file_layout(a: np.ndarray, perm: Optional[Tuple[int, ...]]) -> np.ndarray:
+    """An ONNX value in the layout of the TFLite tensor recorded as it transposed by ``perm``."""
+    return a if perm is None or a.ndim != len(perm) else np.ascontiguousarray(a.transpose(perm))
 
 
 def _onnx_layout(a: np.ndarray, perm: Optional[Tuple[int, ...]]) -> np.ndarray:
@@ -483,12 +487,17 @@ class BoardCandidate(Candidate):
                 model_path.write_bytes(self.path.read_bytes())
             feeds_path = Path(tmp) / "feeds.npz"
             names = list(feeds[0])
-            save_npz(feeds_path, {k: np.stack([np.asarray(f[k]) for f in feeds]) for k in names})
+            # a converted .tflite: its inputs and outputs in the layouts its metadata records
+            # (the graph inputs carry the ONNX names)
+            rec = self.inner._recorded() if isinstance(self.inner, TFLiteCandidate) else {}
+            save_npz(feeds_path, {k: np.stack([_file_layout(np.asarray(f[k]), rec.get(k, ("", None))[1])
+                                               for f in feeds]) for k in names})
             with Board(self.cfg.board or "local", trust_new_host=self.cfg.trust_new_host) as board:
                 got = board.infer(model_path, feeds_path, compress=True)
         back = {v: k for k, v in mapping.items()}
         for i in range(len(feeds)):
-            yield {back[k]: v[i] for k, v in got.items() if k in back}
+            yield {back[k]: _onnx_layout(np.asarray(v[i]), rec.get(k, ("", None))[1]) for k, v in got.items()
+                   if k in back}
 
 
 #: candidate kind -> class; the kind follows the file (``.onnx``, ``.tflite``, ``.engine``/``.plan``)

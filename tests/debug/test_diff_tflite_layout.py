@@ -63,3 +63,18 @@ def test_int8_tensors_compared_as_real_values(tmp_path):
     by = {row.tensor: row for row in report.layers}
     assert by["fetch_name_0"].cosine > 0.999
     assert len(report.layers) > 50 and min(row.cosine for row in report.layers) > 0.8
+
+
+def test_on_a_board_too(tmp_path):
+    """The board path (``--board local``, outputs only): the feeds go to the board in the file's
+    recorded layout and its outputs come back in the ONNX one (before: NCHW feeds given to the NHWC
+    inputs as they were, shapes being equal)."""
+    src = tmp_path / "sq.onnx"
+    onnx.save(_square_model(), str(src))
+    tfl = tmp_path / "sq.tflite"
+    convert(src, tfl, ConvertOptions(extra={"io_layout": "nhwc"}))
+    rng = np.random.default_rng(2)
+    feeds = [{"x": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)} for _ in range(2)]
+    report = diff(src, tfl, feeds, board="local", added_error_samples=0)
+    (row,) = report.layers
+    assert row.tensor == "y" and row.cosine > 0.99999 and row.max_abs_error < 1e-4
