@@ -243,6 +243,14 @@ class Target:
                 f"leave out --precision, or quantize the model first: sdk quantize MODEL --calib DATA "
                 f"--target {cls.name}" if precision == "int8" else "leave out --precision")
 
+    @classmethod
+    def source_io(cls, model: Any) -> Optional[Dict[str, Any]]:
+        """How ``model``'s graph inputs and outputs relate to the ONNX model it was converted from,
+        when the file records it: ``{"inputs": {name: {"onnx": onnx_name, "perm": [...] or None}},
+        "outputs": {...}}`` (the model's tensor holds the ONNX value transposed by ``perm``); None
+        when the file records nothing (the default)."""
+        return None
+
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(self.default_options))
         if unknown:

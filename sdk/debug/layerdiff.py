@@ -301,10 +301,31 @@ class TFLiteCandidate(Candidate):
             it.allocate_tensors()
         return it
 
+    def _recorded(self) -> Dict[str, Tuple[str, Optional[Tuple[int, ...]]]]:
+        """{TFLite tensor: (ONNX tensor, perm)} from the ``edgesdk.onnx`` metadata ``sdk convert``
+        writes (the TFLite tensor is the ONNX value transposed by ``perm``); {} without it."""
+        if not hasattr(self, "_rec"):
+            from ..targets.tflite.convert import onnx_names
+
+            try:
+                tensors = onnx_names(self.path.read_bytes()).get("tensors") or {}
+            except ValueError:
+                tensors = {}
+            self._rec = {k: (str(v["onnx"]), tuple(int(i) for i in v["perm"]) if v.get("perm") else None)
+                         for k, v in tensors.items() if isinstance(v, dict) and v.get("onnx")}
+        return self._rec
+
     def tensors(self, wanted: Sequence[str]) -> Dict[str, str]:
         it = self._interp()
         names = {d["name"] for d in it.get_tensor_details()}
         out = {t: t for t in wanted if t in names}
+        rec = self._recorded()
+        if rec:  # the recorded map: the tensor named as the ONNX one if it holds it, else another holding it
+            holders: Dict[str, str] = {}
+            for k, (onnx_name, _perm) in rec.items():
+                if k in names and (onnx_name not in holders or k == onnx_name):
+                    holders[onnx_name] = k
+            out = {t: holders[t] for t in wanted if t in holders}
         ref_outs = [o.name for o in self.ref.graph.output]
         cand_outs = [d["name"] for d in it.get_output_details()]
         for r, c in zip(ref_outs, cand_outs):  # outputs map by position when the names differ
@@ -316,23 +337,60 @@ class TFLiteCandidate(Candidate):
 
     def run(self, mapping: Mapping[str, str], feeds: Sequence[Feed]) -> Iterator[Dict[str, np.ndarray]]:
         it = self._interp()
-        index = {d["name"]: d["index"] for d in it.get_tensor_details()}
+        details = {d["name"]: d for d in it.get_tensor_details()}
+        index = {k: d["index"] for k, d in details.items()}
         inputs = it.get_input_details()
+        rec = self._recorded()
         for feed in feeds:
-            for d, (_name, arr) in zip(inputs, _match_inputs(inputs, feed)):
+            for d, (_name, arr) in zip(inputs, _match_inputs(inputs, feed, rec)):
                 x = np.asarray(arr)
-                if tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and tuple(x.transpose(0, 2, 3, 1).shape) == tuple(d["shape"]):
-                    x = x.transpose(0, 2, 3, 1)
+                if rec:
+                    x = _file_layout(x, rec[d["name"]][1] if d["name"] in rec else None)
+                elif tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and \
+                        tuple(x.transpose(0, 2, 3, 1).shape) == tuple(d["shape"]):
+                    x = x.transpose(0, 2, 3, 1)  # no record: guessed from the shapes
                 it.set_tensor(d["index"], x.astype(d["dtype"]))
             it.invoke()
-            yield {t: np.asarray(it.get_tensor(index[c])) for t, c in mapping.items() if c in index}
+            yield {t: _onnx_layout(_dequantized(np.asarray(it.get_tensor(index[c])), details[c]),
+                                   rec.get(c, ("", None))[1])
+                   for t, c in mapping.items() if c in index}
 
 
-def _match_inputs(details: Sequence[Mapping[str, Any]], feed: Feed) -> List[Tuple[str, np.ndarray]]:
+def _dequantized(a: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
+    """An integer tensor with scales (a full-integer model's activations) as the real values it
+    stands for, ``(q - zero_point) * scale`` (per axis where it has several scales)."""
+    qp = detail.get("quantization_parameters") or {}
+    scales = np.asarray(qp.get("scales", ()), np.float64)
+    if a.dtype.kind not in "iu" or not scales.size:
+        return a
+    zps = np.asarray(qp.get("zero_points", ()), np.float64)
+    zps = zps if zps.size == scales.size else np.zeros_like(scales)
+    if scales.size > 1 and a.ndim:
+        shape = [1] * a.ndim
+        shape[int(qp.get("quantized_dimension", 0))] = scales.size
+        scales, zps = scales.reshape(shape), zps.reshape(shape)
+    return ((a.astype(np.float64) - zps) * scales).astype(np.float32)
+
+
+def _file_layout(a: np.ndarray, perm: Optional[Tuple[int, ...]]) -> np.ndarray:
+    """An ONNX value in the layout of the TFLite tensor recorded as it transposed by ``perm``."""
+    return a if perm is None or a.ndim != len(perm) else np.ascontiguousarray(a.transpose(perm))
+
+
+def _onnx_layout(a: np.ndarray, perm: Optional[Tuple[int, ...]]) -> np.ndarray:
+    """A TFLite tensor recorded as the ONNX value transposed by ``perm``, back in the ONNX layout."""
+    if perm is None or a.ndim != len(perm):
+        return a
+    return a.transpose(tuple(int(i) for i in np.argsort(perm)))
+
+
+def _match_inputs(details: Sequence[Mapping[str, Any]], feed: Feed,
+                  recorded: Optional[Mapping[str, Tuple[str, Any]]] = None) -> List[Tuple[str, np.ndarray]]:
     by_name = dict(feed)
     if len(details) == 1 and len(by_name) == 1:
         return list(by_name.items())
-    return [(d["name"], by_name[d["name"]]) for d in details]
+    rec = recorded or {}
+    return [(d["name"], by_name[rec[d["name"]][0] if d["name"] in rec else d["name"]]) for d in details]
 
 
 class TensorRTCandidate(Candidate):
@@ -429,12 +487,17 @@ class BoardCandidate(Candidate):
                 model_path.write_bytes(self.path.read_bytes())
             feeds_path = Path(tmp) / "feeds.npz"
             names = list(feeds[0])
-            save_npz(feeds_path, {k: np.stack([np.asarray(f[k]) for f in feeds]) for k in names})
+            # a converted .tflite: its inputs and outputs in the layouts its metadata records
+            # (the graph inputs carry the ONNX names)
+            rec = self.inner._recorded() if isinstance(self.inner, TFLiteCandidate) else {}
+            save_npz(feeds_path, {k: np.stack([_file_layout(np.asarray(f[k]), rec.get(k, ("", None))[1])
+                                               for f in feeds]) for k in names})
             with Board(self.cfg.board or "local", trust_new_host=self.cfg.trust_new_host) as board:
                 got = board.infer(model_path, feeds_path, compress=True)
         back = {v: k for k, v in mapping.items()}
         for i in range(len(feeds)):
-            yield {back[k]: v[i] for k, v in got.items() if k in back}
+            yield {back[k]: _onnx_layout(np.asarray(v[i]), rec.get(k, ("", None))[1]) for k, v in got.items()
+                   if k in back}
 
 
 #: candidate kind -> class; the kind follows the file (``.onnx``, ``.tflite``, ``.engine``/``.plan``)

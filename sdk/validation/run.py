@@ -28,6 +28,7 @@ from ..errors import EdgeSDKError, InputError, ValidationError, first_line
 from ..result import BenchResult
 from .checks import FAIL, PASS, SKIP, CheckResult, evaluate_checks
 from .inputs import Dataset, load_dataset
+from .layout import IOMap, io_map
 from .runners import HostRunner, open_runner
 
 __all__ = ["validate", "ValidationResult", "BoardRun", "classifier_output", "robustness_on", "strict_checks"]
@@ -397,7 +398,7 @@ class _Extras:
 
 def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, ref_out: Dict[str, np.ndarray],
                ref_top1: Optional[float], spec: Any, workdir: Path, progress: Progress,
-               label: Optional[str] = None, out_names: Optional[Dict[str, str]] = None,
+               label: Optional[str] = None, iomap: Optional[IOMap] = None,
                extras: Optional["_Extras"] = None) -> BoardRun:
     from ..metrics import compare_outputs
 
@@ -416,7 +417,7 @@ def _run_board(name_or_runner: Any, model: Any, ds: Dataset, inputs_npz: Path, r
             stage = "infer"
             say(f"{label}: running {len(ds)} samples")
             run_opts: Dict[str, Any] = dict(spec.run) if spec is not None else {"runs": NO_SPEC_RUNS}
-            out = _board_outputs(board, model, inputs_npz, ds, ref_out, run_opts, out_names)
+            out = _board_outputs(board, model, inputs_npz, ds, ref_out, run_opts, iomap)
             run.compare = compare_outputs(ref_out, {k: out[k] for k in ref_out})
             run.accuracy = _board_accuracy(out, ds, ref_top1)
             stage = "benchmark"
@@ -457,12 +458,12 @@ def emulated_timing_checks(checks: List[CheckResult], emulation: Optional[Dict[s
 
 
 def _board_outputs(board: Any, model: Any, inputs_npz: Path, ds: Dataset, ref_out: Dict[str, np.ndarray],
-                   run_opts: Dict[str, Any], out_names: Optional[Dict[str, str]]) -> Dict[str, np.ndarray]:
-    """The board's outputs over ``inputs_npz``, named and shaped as the reference's (or a
+                   run_opts: Dict[str, Any], iomap: Optional[IOMap]) -> Dict[str, np.ndarray]:
+    """The board's outputs over ``inputs_npz``, named, laid out and shaped as the reference's (or a
     :class:`ValidationError` saying which one is missing or of another shape)."""
     out = board.infer(model, str(inputs_npz), target=run_opts.get("target"), **({"carry": ds.carry} if ds.carry else {}))
-    if out_names:  # the model's output names differ from the reference's: match by position
-        out = {out_names.get(k, k): v for k, v in out.items()}
+    if iomap is not None and not iomap.identity:  # other names (by position or recorded), other layouts
+        out = iomap.to_reference(out)
     out = merge_sample_axis(out, len(ds), ref_out)
     missing = [k for k in ref_out if k not in out]
     if missing:
@@ -653,26 +654,28 @@ def validate(
     ds.carry = dict(carry or {})
     say = progress or (lambda _msg: None)
     ref_m = _reference_model(m, reference_model)
+    iomap = io_map(m, ref_m)
     if reference is None:
         from ..formats import default_target
 
         reference = default_target(ref_m)
     say(f"reference: {reference} on the host ({ref_m.name}), {len(ds)} samples")
-    ref_out, ref_version = _run_reference(reference, ref_m, ds)
+    ref_out, ref_version = _run_reference(reference, ref_m, _reference_dataset(ds, iomap))
     _check_labels(ds, ref_out)
-    out_names = _output_names(m, ref_m)
     ref_top1 = _top1(ref_out, ds.labels) if ds.labels is not None else None
     extras = _extras(spec, ref_m, baseline, normalize)
     reference_facts = {"target": reference, "version": ref_version, "top1": ref_top1, "model": ref_m.name,
                        "model_sha256": ref_m.sha256,
                        "outputs": {k: list(v.shape) for k, v in ref_out.items()}}
+    if not iomap.identity:
+        reference_facts["io_map"] = iomap.describe()
     with tempfile.TemporaryDirectory(prefix="edgesdk-validate-") as tmp:
         inputs_npz = ds.save_npz(Path(tmp) / "inputs.npz", board_arrays(m.inputs, ds.arrays, ds.stacked))
 
         def one(i: int) -> BoardRun:
             b = boards[i]
             run = _run_board(runners[i], m, ds, inputs_npz, ref_out, ref_top1, spec, Path(tmp), progress,
-                             label=b if isinstance(b, str) else None, out_names=out_names, extras=extras)
+                             label=b if isinstance(b, str) else None, iomap=iomap, extras=extras)
             if on_board is not None:
                 on_board(run)
             return run
@@ -705,15 +708,23 @@ def _validation_dataset(m: Any, data: Optional[Union[str, os.PathLike]], labels:
 
 
 def _reference_model(m: Any, reference_model: Any) -> Any:
-    """The model the reference runs (``m`` itself by default); it must take the same inputs."""
+    """The model the reference runs (``m`` itself by default); :func:`.layout.io_map` checks that it
+    takes the same inputs."""
     from ..model import Model
 
-    ref_m = m if reference_model is None else (
+    return m if reference_model is None else (
         reference_model if isinstance(reference_model, Model) else Model.load(reference_model))
-    if [(s.name, s.dtype) for s in ref_m.inputs] != [(s.name, s.dtype) for s in m.inputs]:
-        raise InputError(f"the reference model {ref_m.name} has other inputs than {m.name}",
-                         f"inputs: {[s.to_dict() for s in ref_m.inputs]} vs {[s.to_dict() for s in m.inputs]}")
-    return ref_m
+
+
+def _reference_dataset(ds: Dataset, iomap: IOMap) -> Dataset:
+    """``ds`` as the reference model takes it: its input names and layouts (:class:`.layout.IOMap`)."""
+    if iomap.identity:
+        return ds
+    import dataclasses
+
+    return dataclasses.replace(ds, arrays=iomap.reference_arrays(ds.arrays),
+                               values={iomap.inputs.get(k, (k, None))[0]: v for k, v in ds.values.items()},
+                               carry=iomap.reference_names(ds.carry))
 
 
 def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, np.ndarray], Any]:
@@ -726,12 +737,3 @@ def _run_reference(reference: str, ref_m: Any, ds: Dataset) -> Tuple[Dict[str, n
         raise ValidationError(f"the reference ({reference}) could not run the model: {exc}") from exc
     return ref_out, ref_version
 
-
-def _output_names(m: Any, ref_m: Any) -> Dict[str, str]:
-    """Output of ``m`` -> output of the reference model, where their names differ (empty: the same)."""
-    names, ref_names = [o.name for o in m.outputs], [o.name for o in ref_m.outputs]
-    if names == ref_names:
-        return {}
-    if len(names) != len(ref_names):
-        raise InputError(f"{m.name} has {len(names)} outputs, the reference model {ref_m.name} {len(ref_names)}")
-    return dict(zip(names, ref_names))

@@ -60,6 +60,20 @@ class TFLiteTarget(Target):
             details["skipped"] = list(rt.skipped)
         return Availability(True, version=rt.version, details=details)
 
+    @classmethod
+    def source_io(cls, model: Any) -> Optional[Dict[str, Any]]:
+        """The ``inputs``/``outputs`` of the ``edgesdk.onnx`` metadata that ``sdk convert`` writes
+        (:mod:`.convert`); None for a file without it."""
+        from .convert import onnx_names
+
+        try:
+            meta = onnx_names(Path(model.path).read_bytes() if model.path is not None else model.to_bytes())
+        except (MissingDependencyError, ValueError):
+            return None
+        if not isinstance(meta.get("inputs"), dict) or not isinstance(meta.get("outputs"), dict):
+            return None
+        return {"inputs": meta["inputs"], "outputs": meta["outputs"], "io_layout": meta.get("io_layout")}
+
     # -- build -------------------------------------------------------------------------------------
     def _prepare_impl(self, model: Any, workdir: Optional[Path], **build: Any) -> Artifact:
         if build:

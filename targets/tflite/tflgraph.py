@@ -4,7 +4,8 @@
 (name such as ``CONV_2D``, input/output tensor indices, the options table's name and fields) of one
 subgraph. :func:`write_flatbuffer` packs it with the ``flatbuffers`` package and TFLite's schema
 bindings (``schema_py_generated.py`` as shipped in the ``ai-edge-litert`` wheel), with constant
-buffers 16-byte aligned, and the metadata entries given (name -> bytes).
+buffers 16-byte aligned, the metadata entries given (name -> bytes), and the operator-code versions
+and ``min_runtime_version`` entry that TFLite's converter would write (:mod:`.opversion`).
 """
 from __future__ import annotations
 
@@ -196,6 +197,9 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
             q.quantizedDimension = int(t.quant.axis)
             tt.quantization = q
         sub.tensors.append(tt)
+    from .opversion import MIN_RUNTIME_VERSION_KEY, code_versions, min_runtime_version, runtime_version_bytes
+
+    versions = code_versions(g)
     sub.operators = []
     for op in g.ops:
         key = op.code if op.custom_code is None else f"CUSTOM:{op.custom_code}"
@@ -204,7 +208,7 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
             code = getattr(fb.BuiltinOperator, op.code)
             oc.builtinCode = code
             oc.deprecatedBuiltinCode = min(code, fb.BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
-            oc.version = 1
+            oc.version = 1 if op.custom_code is not None else versions.get(op.code, 1)
             if op.custom_code is not None:
                 oc.customCode = op.custom_code
             codes[key] = len(model.operatorCodes)
@@ -241,7 +245,11 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
                 dst.append(tm)
         model.signatureDefs = [sig]
     model.metadata = []
-    for name, data in (metadata or {}).items():
+    entries = dict(metadata or {})
+    runtime = min_runtime_version(versions)
+    if runtime and MIN_RUNTIME_VERSION_KEY not in entries:
+        entries[MIN_RUNTIME_VERSION_KEY] = runtime_version_bytes(runtime)
+    for name, data in entries.items():
         b = Buf()
         b.data = np.frombuffer(bytes(data), np.uint8)
         buffers.append(b)
