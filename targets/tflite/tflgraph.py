@@ -150,7 +150,7 @@ def _aligned_buffer_type(fb: Any) -> Any:
                 builder.StartVector(1, len(raw), 16)
                 builder.head = builder.head - len(raw)
                 builder.Bytes[builder.head:builder.head + len(raw)] = raw
-                off = builder.EndVector(len(raw))
+                off = builder.EndVector()     # the length StartVector was given (flatbuffers >= 2)
             fb.BufferStart(builder)
             if off is not None:
                 fb.BufferAddData(builder, off)
