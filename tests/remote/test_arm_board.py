@@ -139,15 +139,20 @@ def test_fp32_onnx_push_and_validate_agree_with_host(arm, corpus_data, tmp_path)
     assert "emulated" in proc.stdout
 
 
-def test_ort_format_push_and_validate_agree_with_host(arm, corpus_data, tmp_path):
+@pytest.mark.parametrize("suffix", [".ort", ".tflite"])
+def test_converted_push_and_validate_agree_with_host(arm, corpus_data, tmp_path, suffix):
+    """``sdk convert`` to the ORT format (the board's onnxruntime) and to a float ``.tflite`` (the
+    converter of issue 22; the board's LiteRT): validate against the host's ONNX FP32 reference
+    passes with cosine >= 0.9999."""
     name, env, _ = arm
     src, npz, _ = corpus_data
-    ort_path = tmp_path / "model.ort"
-    conv = _sdk(env, "convert", src, "-o", ort_path)
+    converted = tmp_path / f"model{suffix}"
+    conv = _sdk(env, "convert", src, "-o", converted)
     assert conv.returncode == 0, conv.stdout + conv.stderr
-    proc, report = _validate(name, env, ort_path, npz, tmp_path, "--reference-model", src)
+    proc, report = _validate(name, env, converted, npz, tmp_path, "--reference-model", src)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     board = report["boards"][0]
+    assert board["facts"]["machine"] == "aarch64" and board["verdict"] == "pass"
     assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
     _check_emulated(report)
 
@@ -202,22 +207,6 @@ def _host_tflite(path: Path, feeds):
         interp.invoke()
         res.append([interp.get_tensor(d["index"]).astype(np.float32) for d in outs])
     return res
-
-
-def test_float_tflite_push_and_validate_agree_with_host(arm, corpus_data, tmp_path):
-    """The ONNX -> TFLite converter's float file (issue 22), run by the board's arm64 LiteRT: validate
-    against the host's ONNX FP32 reference passes with cosine >= 0.9999."""
-    name, env, _ = arm
-    src, npz, _ = corpus_data
-    tfl = tmp_path / "model.tflite"
-    conv = _sdk(env, "convert", src, "-o", tfl)
-    assert conv.returncode == 0, conv.stdout + conv.stderr
-    proc, report = _validate(name, env, tfl, npz, tmp_path, "--reference-model", src)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    board = report["boards"][0]
-    assert board["facts"]["machine"] == "aarch64" and board["verdict"] == "pass"
-    assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
-    _check_emulated(report)
 
 
 def test_int8_tflite_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
