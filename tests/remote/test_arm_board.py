@@ -157,6 +157,40 @@ def test_converted_push_and_validate_agree_with_host(arm, corpus_data, tmp_path,
     _check_emulated(report)
 
 
+def _int8_on_board(name, env, src, npz, feeds, q, tmp_path, **options):
+    """Quantize ``src`` to ``q`` on the host (its task-metric budget held on the samples sent to the
+    board), validate ``q`` on the board against ``src``, and run ``q`` there and on the host (the same
+    file through :class:`~sdk.validation.runners.HostRunner`): ``(report, board, host)``, outputs
+    per sample in the board's output order."""
+    from sdk import corpus
+    from sdk.quantize import quantize
+    from sdk.remote import Board
+    from sdk.validation.runners import HostRunner
+
+    res = quantize(src, corpus.sample_inputs(MODEL, 8, seed=0), output=q, workers=1, use_cache=False,
+                   speed_check=False, eval_data=feeds, task_metric=f"corpus:{MODEL}", min_task_metric=0.99,
+                   **options)
+    assert res.report["budget"]["holds"] is True, res.report["accuracy"]
+    proc, report = _validate(name, env, q, npz, tmp_path, "--reference-model", src)
+    assert report["boards"][0]["failed_stage"] is None, report["boards"][0]["error"]
+    _check_emulated(report)
+    with Board(name) as board:
+        out = board.infer(str(q), str(npz))
+    with HostRunner() as host:
+        here = host.infer(str(q), str(npz))
+    names = list(out)
+
+    def per_sample(arrays):
+        return [[np.asarray(arrays[k], dtype=np.float32)[i:i + 1] for k in names] for i in range(SAMPLES)]
+
+    return res.report, per_sample(out), per_sample(here)
+
+
+def _cosine(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
 def test_int8_onnx_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
     """INT8 from the host's quantizer (its task-metric budget held on the samples sent to the board:
     top-1 agreement >= 0.99 for this classifier), run by the board's arm64 onnxruntime: the corpus task
@@ -164,49 +198,15 @@ def test_int8_onnx_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
     outputs close to the host's own INT8 outputs (other int8 kernels: ARM's, not x86's)."""
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
-    from sdk.quantize import quantize
-    from sdk.remote import Board
 
     name, env, _ = arm
     src, npz, feeds = corpus_data
-    q = tmp_path / "model.int8.onnx"
-    res = quantize(src, corpus.sample_inputs(MODEL, 8, seed=0), output=q, workers=1, use_cache=False,
-                   speed_check=False, eval_data=feeds, task_metric=f"corpus:{MODEL}", min_task_metric=0.99)
-    assert res.report["budget"]["holds"] is True, res.report["accuracy"]
-    proc, report = _validate(name, env, q, npz, tmp_path, "--reference-model", src)
-    assert report["boards"][0]["failed_stage"] is None, report["boards"][0]["error"]
-    _check_emulated(report)
-    with Board(name) as board:
-        out = board.infer(str(q), str(npz))
-    names = list(out)
-    board_outs = [[np.asarray(out[k])[i:i + 1] for k in names] for i in range(SAMPLES)]
+    _, board_outs, host_int8 = _int8_on_board(name, env, src, npz, feeds, tmp_path / "model.int8.onnx", tmp_path)
     host_fp32 = run_reference(str(src), feeds)
-    host_int8 = run_reference(str(q), feeds)
     for got, want in zip(board_outs, host_int8):
-        a, b = got[0].ravel().astype(np.float64), np.asarray(want[0]).ravel().astype(np.float64)
-        assert float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) >= 0.999
+        assert _cosine(got[0], want[0]) >= 0.999
     assert corpus.metric(MODEL, host_fp32, host_int8) >= 0.99
     assert corpus.metric(MODEL, host_fp32, board_outs) >= 0.99
-
-
-def _host_tflite(path: Path, feeds):
-    """Outputs of a ``.tflite`` on the x86-64 host's LiteRT, per feed, in the file's output order."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(str(path), num_threads=1)
-    interp.allocate_tensors()
-    ins, outs = interp.get_input_details(), interp.get_output_details()
-    res = []
-    for f in feeds:
-        for d, k in zip(ins, f):
-            x = np.asarray(f[k])
-            if d["dtype"] == np.int8:
-                scale, zero = d["quantization"]
-                x = np.clip(np.round(x / scale) + zero, -128, 127)
-            interp.set_tensor(d["index"], x.astype(d["dtype"]))
-        interp.invoke()
-        res.append([interp.get_tensor(d["index"]).astype(np.float32) for d in outs])
-    return res
 
 
 def test_int8_tflite_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
@@ -217,32 +217,18 @@ def test_int8_tflite_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
     kernels, not x86's)."""
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
-    from sdk.quantize import quantize
-    from sdk.remote import Board
 
     name, env, _ = arm
     src, npz, feeds = corpus_data
-    q = tmp_path / "model.int8.tflite"
-    res = quantize(src, corpus.sample_inputs(MODEL, 8, seed=0), output=q, scheme="tflite", workers=1,
-                   use_cache=False, speed_check=False, eval_data=feeds, task_metric=f"corpus:{MODEL}",
-                   min_task_metric=0.99)
-    assert res.report["budget"]["holds"] is True, res.report["accuracy"]
-    assert res.report["tflite"]["ops_int8"] > 0
-    proc, report = _validate(name, env, q, npz, tmp_path, "--reference-model", src)
-    assert report["boards"][0]["failed_stage"] is None, report["boards"][0]["error"]
-    _check_emulated(report)
-    with Board(name) as board:
-        out = board.infer(str(q), str(npz))
-    names = list(out)
-    board_outs = [[np.asarray(out[k], dtype=np.float32)[i:i + 1] for k in names] for i in range(SAMPLES)]
+    report, board_outs, host_int8 = _int8_on_board(name, env, src, npz, feeds, tmp_path / "model.int8.tflite",
+                                                   tmp_path, scheme="tflite")
+    assert report["tflite"]["ops_int8"] > 0
     host_fp32 = run_reference(str(src), feeds)
-    host_int8 = _host_tflite(q, feeds)
     # ARM's int8 kernels round differently from x86's: on one of the 4 samples, whose two top logits
     # are close, the softmax (1/256 steps) read 0.586/0.320 on the board and 0.680/0.234 on the host
     # (cosine 0.986); the class never changed.
     for got, want in zip(board_outs, host_int8):
-        a, b = got[0].ravel().astype(np.float64), want[0].ravel().astype(np.float64)
-        assert int(np.argmax(a)) == int(np.argmax(b))
-        assert float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) >= 0.98
+        assert int(np.argmax(got[0])) == int(np.argmax(want[0]))
+        assert _cosine(got[0], want[0]) >= 0.98
     assert corpus.metric(MODEL, host_fp32, host_int8) >= 0.99
     assert corpus.metric(MODEL, host_fp32, board_outs) >= 0.99
