@@ -4,7 +4,9 @@ interleaved A/B, side by side in one run.
 Separate runs (``--pairs`` each, a corpus model, :func:`sdk.compare.compare_results`: p50, 95%
 intervals, 5% threshold, the machine-speed probe): two runs of the same configuration (1 thread,
 1 thread) and a known slowdown (2 threads, then 1 thread). A pair with a contended run, an
-unsettled one or one whose speed probe moved between the runs is counted as inconclusive, not judged.
+unsettled one or one whose speed probe moved between the runs is counted as inconclusive, unless its
+slowdown is larger than that noise allows (``Comparison.beyond_noise``: then it is called, and the
+line says so).
 
 Interleaved A/B (``--pairs`` each, :func:`sdk.targets.measure.benchmark_pair` +
 :func:`sdk.compare.compare_paired`, 2% threshold): the same model against itself, and a stack of
@@ -59,7 +61,14 @@ def separate(args, counts):
             a, b = run(ta), run(tb)
             cmp = compare_results(a, b)
             p50, probe = cmp.change("p50"), cmp.probe
-            verdict = "inconclusive" if cmp.inconclusive else ("REGRESSION" if cmp.regression else "no regression")
+            if cmp.inconclusive:
+                verdict = "inconclusive (" + "; ".join(r.split(":")[0] for r in cmp.inconclusive_reasons) + ")"
+            elif cmp.beyond_noise is not None:
+                verdict = (f"REGRESSION beyond the noise ({cmp.beyond_noise.change_pct:+.1f} % probe-scaled > "
+                           f"{cmp.beyond_noise_allowance_pct:.1f} %; despite "
+                           + "; ".join(r.split(":")[0] for r in cmp.inconclusive_reasons) + ")")
+            else:
+                verdict = "REGRESSION" if cmp.regression else "no regression"
             print(f"separate {i:2d} {kind:6s} threads {ta}->{tb}: p50 {p50.a_ms:.3f} -> {p50.b_ms:.3f} ms "
                   f"({p50.change_pct:+.1f} %), probe {probe.change_pct if probe else float('nan'):+.1f} % "
                   f"(noise {probe.noise_pct if probe else float('nan'):.1f} %): {verdict}", flush=True)

@@ -28,6 +28,15 @@ own noise (:func:`probe_change`: the larger of each probe's before/after shift a
 ``normalize=True`` it is judged instead on B's latency scaled by ``probe_A / probe_B``, labelled so.
 Runs whose probes are of another workload, or whose CPU clocks differ, are *not comparable*.
 
+A slowdown can be larger than what the noise can explain: then it is signed even though A was
+contended or the probes moved (:attr:`Comparison.beyond_noise`). B's p50 is divided by
+``1 + (max(0, probe change) + probe noise) / 100`` (the machine taken to be as much slower during B as
+its probes allow, never faster) and must still be slower beyond the threshold, intervals apart. A
+contended A only makes that harder (load slows A). What cannot be bounded is never signed: a
+contended B, an unsettled run (on a shared 2-core VM one run of a 1-thread model was steady 30 %
+faster than the next, with B's median drifting 15 % and the probe within 4 %: no allowance taken
+from the runs' drift covered that), runs that are not comparable.
+
 When both models are at hand, :func:`compare_paired` judges interleaved rounds of A and B measured
 in one process (:func:`sdk.targets.measure.benchmark_pair`) on their paired ratios, which no drift
 of the machine can fool: each round's A and B ran within the same fraction of a second.
@@ -154,6 +163,10 @@ class Comparison:
     warnings: List[str] = field(default_factory=list)
     probe: Optional[ProbeChange] = None
     normalized: bool = False
+    #: The decisive statistic's change judged with the noise's allowances (module docstring), when
+    #: the runs' noise would make the comparison inconclusive and the slowdown is larger than it.
+    beyond_noise: Optional[StatChange] = None
+    beyond_noise_allowance_pct: Optional[float] = None
 
     @property
     def not_comparable(self) -> Optional[str]:
@@ -196,12 +209,16 @@ class Comparison:
 
     @property
     def inconclusive(self) -> bool:
-        """A run was contended or unsettled: its figures cannot be signed either way."""
-        return bool(self.inconclusive_reasons)
+        """A run was contended or unsettled, or the probes moved, and no slowdown is larger than
+        that noise: the figures cannot be signed either way."""
+        return bool(self.inconclusive_reasons) and self.beyond_noise is None
 
     @property
     def regression(self) -> bool:
-        """A decisive statistic is significantly slower in B, and the comparison is not inconclusive."""
+        """A decisive statistic is significantly slower in B, and the comparison is not inconclusive
+        (or the slowdown is beyond the noise that made it so)."""
+        if self.beyond_noise is not None:
+            return True
         return not self.inconclusive and any(c.verdict == SLOWER for c in self.changes if c.stat in self.decide_on)
 
     @property
@@ -221,7 +238,9 @@ class Comparison:
                 "changes": [c.to_dict() for c in self.changes], "throughput_change_pct": self.throughput_change_pct,
                 "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b),
                 "probe": self.probe.to_dict() if self.probe is not None else None, "normalized": self.normalized,
-                "not_comparable": self.not_comparable}
+                "not_comparable": self.not_comparable,
+                "beyond_noise": self.beyond_noise.to_dict() if self.beyond_noise is not None else None,
+                "beyond_noise_allowance_pct": self.beyond_noise_allowance_pct}
 
 
 def _identity(r: BenchResult) -> Dict[str, Any]:
@@ -269,7 +288,27 @@ def compare_results(a: BenchResult, b: BenchResult, threshold_pct: float = DEFAU
     elif scale != 1.0:
         warnings.append(f"judged on probe-normalised latency: B's figures x {scale:.3f} (its speed probe "
                         f"{probe.b_ms:.3f} ms vs A's {probe.a_ms:.3f} ms)")
-    return Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, warnings, probe, scale != 1.0)
+    cmp = Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, warnings, probe, scale != 1.0)
+    if cmp.inconclusive_reasons:
+        cmp.beyond_noise, cmp.beyond_noise_allowance_pct = _beyond_noise(cmp)
+    return cmp
+
+
+def _beyond_noise(cmp: Comparison) -> Tuple[Optional[StatChange], Optional[float]]:
+    """The first decisive statistic that is slower in B by more than the noise allows (module
+    docstring), with the threshold it had to pass; ``(None, None)`` when none is, or when the noise
+    cannot be bounded (B contended, a run unsettled, runs not comparable)."""
+    if cmp.not_comparable or "B" in cmp.contended or cmp.unsettled:
+        return None, None
+    p = cmp.probe
+    # the most the machine can have slowed during B by the probes: their change, plus their own noise
+    scale = 1.0 / (1.0 + (max(0.0, p.change_pct) + p.noise_pct) / 100.0) if p is not None else 1.0
+    allowance = cmp.threshold_pct
+    for stat in cmp.decide_on:
+        c = _change(stat, cmp.a, cmp.b, allowance, scale)
+        if c.verdict == SLOWER:
+            return c, allowance
+    return None, None
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,12 @@ def _print(cmp: Any, a: str, b: str) -> None:
     for w in cmp.warnings:
         c.print(f"warning: {w}", markup=False, highlight=False, soft_wrap=True)
     on = ", ".join(cmp.decide_on)
-    if cmp.inconclusive:
+    if cmp.beyond_noise is not None:
+        bn = cmp.beyond_noise
+        c.print(f"[red]REGRESSION[/red]: B is slower on {inert(bn.stat)} by more than the noise allows: "
+                f"{bn.change_pct:+.1f} % with B's figures divided by the most its speed probes allow, "
+                f"intervals apart, beyond {cmp.beyond_noise_allowance_pct:.1f} %; despite: {inert('; '.join(cmp.inconclusive_reasons))}", markup=True, soft_wrap=True)
+    elif cmp.inconclusive:
         c.print(f"[yellow]INCONCLUSIVE[/yellow]: {inert('; '.join(cmp.inconclusive_reasons))}: no regression can be "
                 "called; rerun on a quiet machine", markup=True, soft_wrap=True)
     elif cmp.regression:

@@ -22,11 +22,13 @@ def _steady(median_ms: float, n: int = 400):
     return [median_ms * pattern[i % 4] for i in range(n)]
 
 
-def _result(median_ms, probe_before=None, probe_after=None, *, khz=None, workload="numpy-exp-add-64k-x24/1"):
+def _result(median_ms, probe_before=None, probe_after=None, *, khz=None, workload="numpy-exp-add-64k-x24/1",
+            cpu_wait_pct=0.5, samples=None):
     probe = None
     if probe_before is not None:
         probe = SpeedProbe(tuple(probe_before), tuple(probe_after), workload, khz, None)
-    stats = LatencyStats.from_samples(_steady(median_ms), wall_s=median_ms * 0.4, cpu_wait_pct=0.5, probe=probe)
+    stats = LatencyStats.from_samples(samples or _steady(median_ms), wall_s=median_ms * 0.4, cpu_wait_pct=cpu_wait_pct,
+                                      probe=probe)
     return BenchResult(stats=stats, target="onnxruntime", runtime={"version": "1"}, model={"path": None, "sha256": "ab" * 32},
                        host={"cpu": "constructed", "cores": 2}, inputs=[],
                        settings={"warmup": 0, "min_runs": 400, "min_seconds": 0.0})
@@ -133,7 +135,8 @@ def test_baseline_check_reports_not_comparable():
 def test_baseline_check_with_normalize_judges_on_probe_scaled_latency():
     """validate --normalize: B's p50 scaled by probe_A / probe_B. 14.0 ms with a probe 1.4x slower
     is 10.0 ms of the baseline's machine: a pass; 15.4 ms with the same probe is 11.0 ms: +10 %,
-    a regression beyond 5 %. Without --normalize both are skipped as inconclusive."""
+    a regression beyond 5 %. Without --normalize the first is skipped as inconclusive; the second
+    is slower by more than the noise allows, so it fails there too."""
     from types import SimpleNamespace
 
     from sdk.validation.checks import CHECKS
@@ -144,9 +147,61 @@ def test_baseline_check_with_normalize_judges_on_probe_scaled_latency():
     slower = _result(15.4, [1.4] * 7, [1.4] * 7, khz=2.0e6)
     for bench, expect, change in ((same, "pass", 0.0), (slower, "fail", 10.0)):
         plain = fn(SimpleNamespace(bench=bench, baseline=base, baseline_note=None), None, 5.0)
-        assert plain[0] == "skip", plain
+        if bench is same:
+            assert plain[0] == "skip", plain
+        else:  # 15.4 / (1 + (40 + 3) / 100) = 10.77 ms: +7.7 % even if the machine was 43 % slower
+            assert plain[0] == "fail" and "more than the noise allows (+7.7 %" in plain[2], plain
         got = fn(SimpleNamespace(bench=bench, baseline=base, baseline_note=None, baseline_normalize=True), None, 5.0)
         assert got[0] == expect and got[1] == pytest.approx(change, abs=0.05) and "probe-normalised" in got[2], got
+
+
+def test_a_slowdown_larger_than_the_noise_is_signed():
+    """Noise that makes a comparison inconclusive bounds what it can explain; beyond that bound the
+    slowdown is a regression. Hand-worked: the allowance is the 5 % threshold plus both runs' drift,
+    and B is divided by 1 + (max(0, probe change) + probe noise) / 100."""
+    a = _result(10.0, [1.0] * 7, [1.0] * 7)
+    # probe +16 %, noise 3 % (floor): B / 1.19. 11.6 ms -> 9.75 ms: inconclusive (the test above);
+    # 16.0 ms -> 13.45 ms: +34.5 %, a regression although the machine moved
+    big = compare_results(a, _result(16.0, [1.16] * 7, [1.16] * 7))
+    assert big.probe.moved and big.inconclusive_reasons
+    assert big.regression and not big.inconclusive and big.exit_code == 1
+    assert big.beyond_noise.change_pct == pytest.approx((16.0 / 1.19 - 10.0) / 10.0 * 100.0, abs=0.2)
+    assert big.beyond_noise_allowance_pct == pytest.approx(5.0)
+    assert big.to_dict()["beyond_noise"]["verdict"] == "slower"
+    # the machine faster during B (probe -20 %) and B 10 % slower: no allowance for the probe but
+    # its 3 % noise, 11.0 / 1.03 = +6.8 %: signed
+    faster_machine = compare_results(a, _result(11.0, [0.8] * 7, [0.8] * 7))
+    assert faster_machine.probe.moved and faster_machine.regression
+    # B contended: its slowdown may be the load, never signed however large
+    loaded_b = compare_results(a, _result(30.0, [1.0] * 7, [1.0] * 7, cpu_wait_pct=50.0))
+    assert loaded_b.contended == ["B"] and loaded_b.inconclusive and not loaded_b.regression
+    # A contended: load only slowed A, so a 2x slower B is still a regression
+    loaded_a = compare_results(_result(10.0, [1.0] * 7, [1.0] * 7, cpu_wait_pct=50.0), _result(20.0, [1.0] * 7, [1.0] * 7))
+    assert loaded_a.contended == ["A"] and loaded_a.regression and loaded_a.beyond_noise is not None
+    # runs that are not comparable (other clocks) are never signed
+    other_clocks = compare_results(_result(10.0, [1.0] * 7, [1.0] * 7, khz=2.0e6), _result(30.0, [1.0] * 7, [1.0] * 7, khz=1.0e6))
+    assert other_clocks.not_comparable and not other_clocks.regression
+
+
+def test_an_unsettled_run_is_never_signed_beyond_the_noise():
+    # A's halves at 10 and 11 ms: its median drifted ~9.5 % of its p50, so A is unsettled. Its speed
+    # moved by an amount no figure of the runs bounds, so even a 2x slower B stays inconclusive.
+    pattern = [0.99, 1.0, 1.01, 1.0]
+    drifting = [10.0 * pattern[i % 4] for i in range(200)] + [11.0 * pattern[i % 4] for i in range(200)]
+    a = _result(10.5, [1.0] * 7, [1.0] * 7, samples=drifting)
+    assert a.stats.noise.unsettled and a.stats.noise.drift_pct == pytest.approx(1.0 / a.stats.p50_ms * 100.0, abs=1e-4)
+    for b_ms in (12.0, 21.0):
+        cmp = compare_results(a, _result(b_ms, [1.0] * 7, [1.0] * 7))
+        assert cmp.unsettled == ["A"] and cmp.inconclusive and not cmp.regression and cmp.beyond_noise is None
+
+
+def test_compare_cli_says_why_a_noisy_slowdown_is_still_a_regression(tmp_path, capsys):
+    a = _result(10.0, [1.0] * 7, [1.0] * 7)
+    b = _result(16.0, [1.16] * 7, [1.16] * 7)
+    (tmp_path / "a.json").write_text(json.dumps(a.to_dict()))
+    (tmp_path / "b.json").write_text(json.dumps(b.to_dict()))
+    code, out, _ = run_cli(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")], capsys)
+    assert code == 1 and "REGRESSION" in out and "more than the noise allows" in out and "speed differed" in out
 
 
 def test_paired_verdicts_on_constructed_rounds():
