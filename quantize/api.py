@@ -416,7 +416,13 @@ class _Run:
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
-        self.prepared, self.notes = _prepare(model, self.cfg.input_shapes)
+        from ..model import Model
+
+        m = model if isinstance(model, Model) else Model.load(model)
+        m, specialized = self._resolve_control_flow(m)
+        self.prepared, self.notes = _prepare(m, self.cfg.input_shapes)
+        if specialized is not None:
+            self.notes["specialized"] = specialized
         if self.notes.get("per_tensor_only"):
             self.scheme.per_channel = False  # per-channel DequantizeLinear needs opset 13
             self.warnings.append(f"kept opset {self.notes['opset_in']} ({self.notes['per_tensor_only']}): "
@@ -424,6 +430,42 @@ class _Run:
         if self.notes.get("opset_upgraded_to"):
             self.warnings.append(f"opset upgraded from {self.notes['opset_in']} to {MIN_OPSET} "
                                  "(per-channel DequantizeLinear needs it)")
+
+    def _resolve_control_flow(self, m: Any) -> Tuple[Any, Optional[Dict[str, Any]]]:
+        """A model whose weighted ops sit inside If branches that the given input values (and
+        shapes) decide is quantized as the model for those values: each decided If replaced by the
+        branch it takes, checked against the original as ``sdk convert -o flat.onnx`` checks it
+        (:func:`sdk.targets.onnx_flat.specialize_checked`). The valued inputs are then constants
+        of the written model. Returns the model to quantize and the record (None: unchanged)."""
+        from ..targets.measure import as_values
+
+        cfg = self.cfg
+        if m.format != "onnx" or not cfg.input_values:
+            return m, None
+        hidden = _weighted_ops_in_bodies(m.proto)
+        if not hidden:
+            return m, None
+        from ..targets.onnx_flat import specialize_checked
+
+        values = as_values(cfg.input_values, m.inputs)
+        shapes = {k: [int(d) for d in v] for k, v in (cfg.input_shapes or {}).items()}
+        spec, check = specialize_checked(m, values, shapes)
+        left = _weighted_ops_in_bodies(spec.proto)
+        if not spec.resolved or sum(left.values()) >= sum(hidden.values()):
+            return m, None
+        kept = {i.name for i in spec.proto.graph.input}
+        self.cfg = replace(cfg, input_values={k: v for k, v in values.items() if k in kept} or None)
+        given = ", ".join(f"{k}={np.asarray(v).tolist()}" for k, v in values.items())
+        self.warnings.append(
+            f"{len(spec.resolved)} If node(s) decided by {given} were replaced by the branch they take, so their "
+            f"{', '.join(sorted(hidden))} can be quantized: the written model is for {given}"
+            + (f" and input shapes {', '.join(k + '=' + 'x'.join(map(str, v)) for k, v in shapes.items())}"
+               if shapes else "") + " only")
+        return m.derive(spec.proto), {"resolved": [r.to_dict() for r in spec.resolved],
+                                      "unresolved": [u.to_dict() for u in spec.unresolved],
+                                      "values": {k: np.asarray(v).tolist() for k, v in values.items()},
+                                      "shapes": shapes, "weighted_ops_in_bodies_before": hidden,
+                                      "weighted_ops_in_bodies_after": left, "check": check}
 
     def calibrate(self, calib: Any) -> None:
         from ..sources import open_source
@@ -493,9 +535,9 @@ class _Run:
                 raise QuantizationError(
                     f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes outside "
                     f"control flow: its {', '.join(sorted(hidden))} sit inside If/Loop bodies",
-                    f"write the model for your input values and shapes first (sdk convert {self.prepared.name} "
-                    "-o flat.onnx --input-value NAME=VALUE --input-shape NAME=DIMS resolves the Ifs they "
-                    "decide), then quantize flat.onnx")
+                    "give the values and shapes that decide those Ifs (sdk quantize "
+                    f"{self.prepared.name} --input-value NAME=VALUE --input-shape NAME=DIMS ...): the model "
+                    "for them is quantized, as sdk convert -o flat.onnx with the same flags writes it")
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
                                     "it needs Conv, Gemm, MatMul or similar with float weights")
         self.layers_full = len(self.qplan.layers)
@@ -748,7 +790,8 @@ class _Run:
             "model": {"path": str(self.prepared.origin) if self.prepared.origin else None,
                       "sha256": self.notes["source_sha256"], "opset_in": self.notes["opset_in"],
                       "opset_upgraded_to": self.notes.get("opset_upgraded_to"),
-                      "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0)},
+                      "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0),
+                      "specialized": self.notes.get("specialized")},
             "target": self.scheme.name,
             "scheme": self.scheme.options(),
             "cpu": {k: v for k, v in self.cpu.items() if k != "flags"},

@@ -161,7 +161,9 @@ def fold_batchnorm(proto: Any) -> Tuple[Any, int]:
 
 
 def _drop_unused_initializers(proto: Any) -> None:
-    used = {i for n in proto.graph.node for i in n.input}
+    from ..formats.onnx import iter_nodes
+
+    used = {i for n in iter_nodes(proto.graph) for i in n.input}   # If/Loop bodies read outer names too
     used |= {o.name for o in proto.graph.output}
     removed = {t.name for t in proto.graph.initializer if t.name not in used}
     if removed:

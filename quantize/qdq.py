@@ -225,7 +225,10 @@ def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: S
 
 
 def _drop_dead_initializers(proto: Any) -> None:
-    used = {i for n in proto.graph.node for i in n.input} | {o.name for o in proto.graph.output}
+    from ..formats.onnx import iter_nodes
+
+    # If/Loop bodies read outer names too
+    used = {i for n in iter_nodes(proto.graph) for i in n.input} | {o.name for o in proto.graph.output}
     keep = [t for t in proto.graph.initializer if t.name in used]
     if len(keep) != len(proto.graph.initializer):
         dead = {t.name for t in proto.graph.initializer} - {t.name for t in keep}

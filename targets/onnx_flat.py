@@ -16,12 +16,12 @@ largest tensor the pass evaluates, default 64).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from ..errors import ConversionError, InputError, first_line
 from .convert import ConvertOptions, ConvertResult
 
-__all__ = ["convert_to_onnx"]
+__all__ = ["convert_to_onnx", "specialize_checked"]
 
 _OPTIONS = ("tolerance", "max_elements")
 
@@ -77,14 +77,31 @@ def _outputs_agree(original: Any, special: Any, feed: Dict[str, Any], tolerance:
     return lines
 
 
+def specialize_checked(model: Any, values: Dict[str, Any], shapes: Dict[str, List[int]], *,
+                       tolerance: float = 1e-6, max_elements: int = 64) -> Tuple[Any, List[str]]:
+    """``model`` (an ONNX :class:`~sdk.model.Model`) specialized for input ``values`` and
+    ``shapes``, passed through ``onnx.checker`` (full) and checked against the original on ONNX
+    Runtime (module docstring): ``(Specialization, check lines)``; :class:`ConversionError` when
+    either check fails."""
+    import onnx
+
+    from ..data import random_feed
+    from ..formats.onnx_specialize import specialize
+
+    shaped = model.with_input_shapes(shapes) if shapes else model
+    spec = specialize(model.proto, values, {k: list(v) for k, v in shapes.items()}, max_elements=max_elements)
+    try:
+        onnx.checker.check_model(spec.proto, full_check=True)
+    except Exception as exc:  # noqa: BLE001 - the checker's own exception types vary by version
+        raise ConversionError(f"the specialized model fails onnx.checker: {first_line(exc)}") from exc
+    feed = random_feed(shaped.inputs, shapes, seed=0, values=values)
+    return spec, _outputs_agree(model.proto, spec.proto, feed, tolerance)
+
+
 def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> ConvertResult:
     """Write the model at ``source`` specialized for ``options.input_values`` and
     ``options.input_shapes`` to ``output`` (see the module's docstring)."""
-    import onnx
-
     from ..atomic import atomic_write
-    from ..data import random_feed
-    from ..formats.onnx_specialize import specialize
     from ..model import Model
     from .measure import as_values
 
@@ -96,14 +113,8 @@ def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> Conv
     if model.format != "onnx":
         raise InputError(f"'{source}' is a {model.format} model: .onnx is written from ONNX models")
     values = as_values(options.input_values, model.inputs)
-    shaped = model.with_input_shapes(options.input_shapes) if options.input_shapes else model
-    spec = specialize(model.proto, values, {k: list(v) for k, v in options.input_shapes.items()}, max_elements=cap)
-    try:
-        onnx.checker.check_model(spec.proto, full_check=True)
-    except Exception as exc:  # noqa: BLE001 - the checker's own exception types vary by version
-        raise ConversionError(f"the specialized model fails onnx.checker: {first_line(exc)}") from exc
-    feed = random_feed(shaped.inputs, options.input_shapes, seed=0, values=values)
-    check = _outputs_agree(model.proto, spec.proto, feed, tolerance)
+    spec, check = specialize_checked(model, values, {k: list(v) for k, v in options.input_shapes.items()},
+                                     tolerance=tolerance, max_elements=cap)
     atomic_write(output, spec.proto.SerializeToString())
     notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
     notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]

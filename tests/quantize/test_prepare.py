@@ -93,3 +93,38 @@ def test_dynamic_dims_kept(tmp_path):
     dims = onnx.load(str(tmp_path / "q.onnx")).graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == "N"
     assert res.report["calibration"]["samples"] == 4
+
+
+def test_weights_inside_if_branches_quantize_for_the_values_that_decide_them(tmp_path):
+    """tests/controlflow.py's If model: its only MatMuls sit in the branches of an If on ``sr``.
+    Given ``sr=16000`` (and shapes), quantize replaces the If by its then branch and quantizes
+    ``mm_then`` (x [1,4] @ W1 [4,8]); the written model no longer takes ``sr`` and gives FP32's
+    output within INT8 error. Without the value, one QuantizationError names the ops and the flag."""
+    import onnxruntime as ort
+
+    from sdk.errors import QuantizationError
+    from tests.controlflow import if_rate_model
+
+    path = if_rate_model(tmp_path / "if.onnx")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 4)).astype(np.float32),
+              "state": rng.standard_normal((2, 1, 3)).astype(np.float32)} for _ in range(40)]
+    shapes = {"x": [1, 4], "state": [2, 1, 3]}
+    with pytest.raises(QuantizationError, match=r"MatMul sit inside If/Loop bodies.*--input-value"):
+        quantize(path, [dict(f, sr=np.array(16000, np.int64)) for f in feeds], output=tmp_path / "no.onnx",
+                 workers=1, speed_check=False, use_cache=False, input_shapes=shapes, sample_axes={"state": 1})
+    assert not (tmp_path / "no.onnx").exists()
+    res = quantize(path, feeds, output=tmp_path / "q.onnx", workers=1, speed_check=False, use_cache=False,
+                   input_shapes=shapes, input_values={"sr": 16000}, sample_axes={"state": 1})
+    special = res.report["model"]["specialized"]
+    assert special["values"] == {"sr": 16000} and [r["branch"] for r in special["resolved"]] == ["then"]
+    assert special["weighted_ops_in_bodies_before"] == {"MatMul": 2} and special["weighted_ops_in_bodies_after"] == {}
+    assert any("replaced by the branch they take" in w and "sr=16000" in w for w in res.report["warnings"])
+    q = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in q.get_inputs()] == ["x", "state"]
+    assert any(n.op_type == "DequantizeLinear" for n in onnx.load(str(tmp_path / "q.onnx")).graph.node)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for f in feeds[:5]:
+        want = ref.run(["y"], dict(f, sr=np.array(16000, np.int64)))[0]
+        got = q.run(["y"], f)[0]
+        assert want.shape == (1, 8) and np.allclose(got, want, atol=0.05 * float(np.abs(want).max()) + 1e-3)

@@ -50,7 +50,6 @@ def _calib(model, tmp_path, n=4):
 # quantize outcomes that are the right answer, not a failure of the front door
 REFUSALS = {
     "smart-turn-v3": "already quantized",                     # shipped as QDQ int8
-    "silero-vad": "has no op that the onnxruntime scheme quantizes",   # every weight inside If branches
 }
 
 
@@ -82,9 +81,11 @@ def test_quantize(model, board_env, tmp_path):
     assert out.is_file(), "the INT8 model is written even when a check fails (it says which)"
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
+    from sdk.model import Model
 
     ref = run_reference(str(model.path), feeds)
-    cand = run_reference(str(out), feeds)
+    taken = {i.name for i in Model.load(out).inputs}   # a value that decided an If is a constant there
+    cand = run_reference(str(out), [{k: v for k, v in f.items() if k in taken} for f in feeds])
     score = corpus.metric(model.name, ref, cand)
     verdict = "pass" if proc.returncode == 0 else "check failed: " + \
         next((ln[7:50] for ln in proc.stderr.splitlines() if ln.startswith("error:")), "?")
@@ -172,31 +173,38 @@ def test_precision_the_target_cannot_honour_is_exit_2(board_env):
     assert "tflite" in line, line
 
 
-def test_silero_quantizes_once_written_for_its_rate_and_shapes(board_env, tmp_path):
-    """silero-vad's weights all sit inside If branches: quantize refuses it, naming them and the way
-    out; `sdk convert -o flat.onnx --input-value sr=16000 --input-shape ...` resolves the Ifs, and the
-    flat model quantizes, its VAD decisions on a held-out stream agreeing with FP32's."""
+def test_silero_quantizes_with_its_rate_and_shapes(board_env, tmp_path):
+    """silero-vad's weights all sit inside If branches. Given the rate and the shapes (no other
+    flag), quantize replaces the Ifs they decide by their branches, says the written model is for
+    them only, and quantizes it: its VAD decisions on a held-out stream agree with FP32's. Without
+    the value (the rate only in the data), it refuses in one line naming the ops and the flags."""
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
 
     m = by_name("silero-vad")
     calib, _ = _calib(m, tmp_path, n=16)
-    refused = sdk(board_env, "quantize", m.path, "--calib", calib, *m.shape_flags, "-o", tmp_path / "no.onnx")
+    without_value = [f for f in m.shape_flags if not f.startswith("sr=") and f != "--input-value"]
+    with_rate = tmp_path / "with_rate.npz"
+    arrays = dict(np.load(calib))
+    np.savez(with_rate, **arrays, sr=np.full((len(next(iter(arrays.values()))),), 16000, np.int64))
+    refused = sdk(board_env, "quantize", m.path, "--calib", with_rate, *without_value, "-o", tmp_path / "no.onnx")
     line = assert_one_error_line(refused, 2)
-    assert "inside If/Loop bodies" in line and "LSTM" in line and "sdk convert" in line, line
-    flat = tmp_path / "flat.onnx"
-    proc = sdk(board_env, "convert", m.path, "-o", flat, *m.shape_flags)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "inside If/Loop bodies" in line and "LSTM" in line and "--input-value" in line, line
+    assert not (tmp_path / "no.onnx").exists()
     out = tmp_path / "int8.onnx"
     # the speed of this small model's INT8 vs FP32 on a shared CI box is not what this test is about
-    proc = sdk(board_env, "quantize", flat, "--calib", calib, "-o", out, "--report", tmp_path / "r.json",
-               "--no-speed-check", timeout=900)
+    proc = sdk(board_env, "quantize", m.path, "--calib", calib, *m.shape_flags, "-o", out, "--report",
+               tmp_path / "r.json", "--no-speed-check", timeout=900)
     assert proc.returncode == 0 and out.is_file(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "replaced by the branch they take" in proc.stdout + proc.stderr and "sr=16000" in proc.stdout + proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
+    special = report["model"]["specialized"]
+    assert special["values"] == {"sr": 16000} and len(special["resolved"]) >= 1
+    assert special["weighted_ops_in_bodies_after"] == {}, special   # every Conv and LSTM is now in the graph
     assert report["layers"]["quantized"] >= 1, report["layers"]   # Convs run in INT8 (how many: the guard decides)
     held_out = corpus.sample_inputs("silero-vad", n=24, seed=7)
     ref = run_reference(str(m.path), held_out)
     cand = run_reference(str(out), [{k: v for k, v in f.items() if k != "sr"} for f in held_out])
     score = corpus.metric("silero-vad", ref, cand)
-    record("silero-vad", quantize=f"via convert -o flat.onnx: VAD agreement {score:.3f}")
+    record("silero-vad", quantize=f"sr=16000 Ifs resolved: VAD agreement {score:.3f}")
     assert score >= 0.95, score
