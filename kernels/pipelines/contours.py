@@ -1,0 +1,206 @@
+"""NumPy stand-ins for the OpenCV calls of the ``db_boxes`` glue step, for a board with only NumPy.
+
+Board-safe: Python 3.8, NumPy only (no OpenCV, no SciPy). Each function mirrors one OpenCV call as
+``db_boxes`` uses it, and tests/kernels/test_contours.py checks it against OpenCV:
+
+==========================  ==============================================================================
+:func:`dilate2x2`           ``cv2.dilate(bitmap, np.ones((2, 2)))`` (default anchor: ``out[y, x]`` is the
+                            maximum of ``src[y-1:y+1, x-1:x+1]``); exact
+:func:`region_points`       ``cv2.findContours(bitmap, RETR_LIST, ...)``: one point set per contour, in
+                            OpenCV's order (last found first). A contour is reduced to points whose
+                            convex hull is the contour's hull (all :func:`min_area_rect` needs): an
+                            8-connected region gives each row's two end pixels; a hole (a 4-connected
+                            background region not touching the image's edge, which RETR_LIST also
+                            returns) gives its end pixels moved one pixel left, right, up and down
+                            (the foreground pixels that border it)
+:func:`min_area_rect`       ``cv2.minAreaRect``: ``((cx, cy), (w, h), angle)``, angle in [-90, 0) as in
+                            OpenCV 5 (convex hull by monotone chain, then every hull edge's
+                            rectangle: rotating calipers)
+:func:`box_points`          ``cv2.boxPoints``: the same four corners in the same order
+:func:`fill_quad_mask`      ``cv2.fillPoly(mask, [int32 points], 1)`` for a convex polygon: the pixels
+                            inside or on it, plus its edges' 8-connected lines
+==========================  ==============================================================================
+
+Regions are found by run lengths: each row's runs of foreground, runs of neighbouring rows joined
+by a union-find (a Python loop over pairs of touching runs, not over pixels).
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Tuple
+
+import numpy as np
+
+__all__ = ["dilate2x2", "region_points", "min_area_rect", "box_points", "fill_quad_mask", "convex_hull"]
+
+Rect = Tuple[Tuple[float, float], Tuple[float, float], float]
+
+
+def dilate2x2(bitmap: np.ndarray) -> np.ndarray:
+    """``cv2.dilate(bitmap, np.ones((2, 2), np.uint8))``: ``out[y, x] = max(src[y-1:y+1, x-1:x+1])``
+    (outside the image counts as 0). Same dtype and shape as ``bitmap``."""
+    b = np.asarray(bitmap)
+    p = np.pad(b, ((1, 0), (1, 0)))
+    return np.maximum(np.maximum(p[1:, 1:], p[:-1, 1:]), np.maximum(p[1:, :-1], p[:-1, :-1]))
+
+
+def _runs(mask: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's runs of True: ``(row, x0, x1)`` (x1 exclusive), in raster order."""
+    h, w = mask.shape
+    padded = np.zeros((h, w + 2), np.int8)
+    padded[:, 1:-1] = mask
+    d = np.diff(padded, axis=1)
+    rs, xs = np.nonzero(d == 1)
+    _, xe = np.nonzero(d == -1)
+    return rs.astype(np.int64), xs.astype(np.int64), xe.astype(np.int64)
+
+
+def _label_runs(row: np.ndarray, x0: np.ndarray, x1: np.ndarray, width: int, reach: int) -> np.ndarray:
+    """A region label per run: runs in neighbouring rows join when they overlap (``reach`` 0:
+    4-connected) or touch diagonally (``reach`` 1: 8-connected). Labels are the index of the
+    region's first run (raster order)."""
+    n = len(row)
+    parent = list(range(n))
+    if n == 0:
+        return np.zeros((0,), np.int64)
+    stride = width + 4                                   # one row's keys never reach the next row's
+    starts, ends = row * stride + x0, row * stride + x1
+    lo = np.searchsorted(ends, (row + 1) * stride + x0 - reach, side="right")
+    hi = np.searchsorted(starts, (row + 1) * stride + x1 + reach, side="left")
+    count = np.maximum(hi - lo, 0)
+    a = np.repeat(np.arange(n), count)
+    b = (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count) + np.repeat(lo, count))
+    for i, j in zip(a.tolist(), b.tolist()):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        while parent[j] != j:
+            parent[j] = parent[parent[j]]
+            j = parent[j]
+        if i != j:
+            if i < j:
+                parent[j] = i
+            else:
+                parent[i] = j
+    labels = np.asarray(parent, np.int64)
+    while True:                                          # flatten: every run points at its root
+        nxt = labels[labels]
+        if (nxt == labels).all():
+            return labels
+        labels = nxt
+
+
+def _grouped(labels: np.ndarray) -> List[np.ndarray]:
+    """Run indices per region, regions in the order of their first run."""
+    order = np.argsort(labels, kind="stable")
+    roots, first = np.unique(labels[order], return_index=True)
+    return np.split(order, first[1:]) if len(roots) else []
+
+
+def region_points(bitmap: np.ndarray) -> List[np.ndarray]:
+    """The contours ``cv2.findContours(bitmap, cv2.RETR_LIST, ...)`` finds, each as ``[N, 2]`` int32
+    points (x, y) with the same convex hull, in OpenCV's order: by the pixel where the raster
+    scan meets the contour, last first."""
+    mask = np.asarray(bitmap) != 0
+    h, w = mask.shape
+    found: List[Tuple[int, np.ndarray]] = []
+    row, x0, x1 = _runs(mask)
+    for idx in _grouped(_label_runs(row, x0, x1, w, 1)):
+        r, a, b = row[idx], x0[idx], x1[idx] - 1
+        pts = np.concatenate([np.stack([a, r], 1), np.stack([b, r], 1)])
+        found.append((int(r[0]) * w + int(a[0]), pts))   # the region's first pixel
+    brow, bx0, bx1 = _runs(~mask)
+    for idx in _grouped(_label_runs(brow, bx0, bx1, w, 0)):
+        r, a, b = brow[idx], bx0[idx], bx1[idx] - 1
+        if r[0] == 0 or r[-1] == h - 1 or a.min() == 0 or b.max() == w - 1:
+            continue                                     # background joined to the outside: no hole
+        ends = np.concatenate([np.stack([a, r], 1), np.stack([b, r], 1)])
+        pts = np.concatenate([ends + s for s in ((-1, 0), (1, 0), (0, -1), (0, 1))])
+        found.append((int(r[0]) * w + int(a[0]) - 1, pts))   # the pixel left of the hole's first
+    found.sort(key=lambda kv: -kv[0])
+    return [p.astype(np.int32) for _, p in found]
+
+
+def convex_hull(points: np.ndarray) -> np.ndarray:
+    """Convex hull ``[M, 2]`` float64 of points ``[N, 2]`` (Andrew's monotone chain,
+    counter-clockwise in x-right/y-up terms, collinear points dropped)."""
+    pts = np.unique(np.asarray(points, np.float64).reshape(-1, 2), axis=0)   # sorted by x, then y
+    if len(pts) <= 2:
+        return pts
+    p = pts.tolist()
+
+    def half(seq: List[List[float]]) -> List[List[float]]:
+        out: List[List[float]] = []
+        for q in seq:
+            while len(out) >= 2 and ((out[-1][0] - out[-2][0]) * (q[1] - out[-2][1])
+                                     - (out[-1][1] - out[-2][1]) * (q[0] - out[-2][0])) <= 0:
+                out.pop()
+            out.append(q)
+        return out
+
+    lower, upper = half(p), half(p[::-1])
+    return np.asarray(lower[:-1] + upper[:-1], np.float64)
+
+
+def min_area_rect(points: np.ndarray) -> Rect:
+    """``cv2.minAreaRect(points)``: the smallest rotated rectangle around the points,
+    ``((cx, cy), (w, h), angle_deg)`` with the angle in [-90, 0) (OpenCV 5's convention; ``w``
+    lies along the angle's direction). One of its sides lies on a hull edge (rotating calipers)."""
+    hull = convex_hull(points)
+    if len(hull) == 1:
+        return (float(hull[0, 0]), float(hull[0, 1])), (0.0, 0.0), -90.0
+    edges = np.roll(hull, -1, axis=0) - hull
+    lengths = np.hypot(edges[:, 0], edges[:, 1])
+    keep = lengths > 0
+    u = edges[keep] / lengths[keep, None]                # [E, 2] unit directions
+    v = np.stack([-u[:, 1], u[:, 0]], 1)
+    pu, pv = u @ hull.T, v @ hull.T                      # [E, M] projections
+    wu, wv = pu.max(1) - pu.min(1), pv.max(1) - pv.min(1)
+    k = int(np.argmin(wu * wv))
+    cu, cv = (pu[k].max() + pu[k].min()) / 2, (pv[k].max() + pv[k].min()) / 2
+    centre = u[k] * cu + v[k] * cv
+    phi = math.degrees(math.atan2(u[k, 1], u[k, 0]))     # the direction of the side of length wu
+    theta = (phi % 90.0) - 90.0                          # in [-90, 0)
+    turns = int(round((phi - theta) / 90.0)) % 2         # odd: that side is the height
+    w, h = (float(wu[k]), float(wv[k])) if turns == 0 else (float(wv[k]), float(wu[k]))
+    return (float(centre[0]), float(centre[1])), (w, h), float(theta)
+
+
+def box_points(rect: Rect) -> np.ndarray:
+    """``cv2.boxPoints(rect)``: the rectangle's four corners ``[4, 2]`` float32, in OpenCV's order."""
+    (cx, cy), (w, h), angle = rect
+    a = math.radians(angle)
+    b, s = math.cos(a) * 0.5, math.sin(a) * 0.5
+    p0 = (cx - s * h - b * w, cy + b * h - s * w)
+    p1 = (cx + s * h - b * w, cy - b * h - s * w)
+    return np.array([p0, p1, (2 * cx - p0[0], 2 * cy - p0[1]), (2 * cx - p1[0], 2 * cy - p1[1])], np.float32)
+
+
+def _line_pixels(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The pixels ``[K, 2]`` (x, y) of the 8-connected line between two integer points (halves
+    rounded down: closest to OpenCV's fillPoly edges, tests/kernels/test_contours.py)."""
+    d = q - p
+    n = int(max(abs(d[0]), abs(d[1])))
+    if n == 0:
+        return p[None].copy()
+    t = np.arange(n + 1, dtype=np.float64) / n
+    return np.ceil(p[None] + t[:, None] * d[None] - 0.5).astype(np.int64)
+
+
+def fill_quad_mask(shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
+    """``cv2.fillPoly(np.zeros(shape, np.uint8), [points], 1)`` for a convex polygon with integer
+    vertices ``[K, 2]`` (x, y): the pixels whose centres are inside or on it, plus its edges'
+    8-connected lines (OpenCV draws them too). uint8, 1 inside."""
+    h, w = shape
+    pts = np.asarray(points, np.int64).reshape(-1, 2)
+    nxt = np.roll(pts, -1, axis=0)
+    mask = np.zeros((h, w), np.uint8)
+    if abs(int((pts[:, 0] * nxt[:, 1] - nxt[:, 0] * pts[:, 1]).sum())) > 0:   # twice the area
+        ys, xs = np.mgrid[0:h, 0:w]
+        crosses = np.stack([(q[0] - p[0]) * (ys - p[1]) - (q[1] - p[1]) * (xs - p[0]) for p, q in zip(pts, nxt)])
+        mask[(crosses >= 0).all(0) | (crosses <= 0).all(0)] = 1
+    for i in range(len(pts)):
+        line = _line_pixels(pts[i], pts[(i + 1) % len(pts)])
+        ok = (line[:, 0] >= 0) & (line[:, 0] < w) & (line[:, 1] >= 0) & (line[:, 1] < h)
+        mask[line[ok, 1], line[ok, 0]] = 1
+    return mask
