@@ -176,31 +176,110 @@ def box_points(rect: Rect) -> np.ndarray:
     return np.array([p0, p1, (2 * cx - p0[0], 2 * cy - p0[1]), (2 * cx - p1[0], 2 * cy - p1[1])], np.float32)
 
 
+def _clip_line(size: Tuple[int, int], p: List[int], q: List[int]) -> bool:
+    """OpenCV's ``clipLine`` (integer Cohen-Sutherland, its rounding) of ``p``-``q`` to an
+    ``(h, w)`` image, in place; False when the line misses it."""
+    right, bottom = size[1] - 1, size[0] - 1
+
+    def code(x: int, y: int, with_y: bool = True) -> int:
+        return (x < 0) + (x > right) * 2 + ((y < 0) * 4 + (y > bottom) * 8 if with_y else 0)
+
+    c1, c2 = code(*p), code(*q)
+    if (c1 & c2) == 0 and (c1 | c2) != 0:
+        if c1 & 12:
+            a = 0 if c1 < 8 else bottom
+            p[0] += int((a - p[1]) * (q[0] - p[0]) / (q[1] - p[1]))
+            p[1] = a
+            c1 = code(p[0], 0, False)
+        if c2 & 12:
+            a = 0 if c2 < 8 else bottom
+            q[0] += int((a - q[1]) * (q[0] - p[0]) / (q[1] - p[1]))
+            q[1] = a
+            c2 = code(q[0], 0, False)
+        if (c1 & c2) == 0 and (c1 | c2) != 0:
+            if c1:
+                a = 0 if c1 == 1 else right
+                p[1] += int((a - p[0]) * (q[1] - p[1]) / (q[0] - p[0]))
+                p[0] = a
+                c1 = 0
+            if c2:
+                a = 0 if c2 == 1 else right
+                q[1] += int((a - q[0]) * (q[1] - p[1]) / (q[0] - p[0]))
+                q[0] = a
+                c2 = 0
+    return (c1 | c2) == 0
+
+
 def _line_pixels(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """The pixels ``[K, 2]`` (x, y) of the 8-connected line between two integer points (halves
-    rounded down: closest to OpenCV's fillPoly edges, tests/kernels/test_contours.py)."""
+    """The pixels ``[K, 2]`` (x, y) of the 8-connected line between two integer points as OpenCV
+    draws a polygon's edge: Bresenham from the left end, a half step rounded towards that end."""
+    if p[0] > q[0]:
+        p, q = q, p
     d = q - p
     n = int(max(abs(d[0]), abs(d[1])))
     if n == 0:
         return p[None].copy()
-    t = np.arange(n + 1, dtype=np.float64) / n
-    return np.ceil(p[None] + t[:, None] * d[None] - 0.5).astype(np.int64)
+    major = 0 if abs(d[0]) >= abs(d[1]) else 1
+    i = np.arange(n + 1, dtype=np.int64)
+    out = np.empty((n + 1, 2), np.int64)
+    out[:, major] = p[major] + np.sign(d[major]) * i
+    out[:, 1 - major] = p[1 - major] + np.sign(d[1 - major]) * ((2 * i * abs(int(d[1 - major])) + n - 1) // (2 * n))
+    return out
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """C's integer division (towards zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
 
 
 def fill_quad_mask(shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
     """``cv2.fillPoly(np.zeros(shape, np.uint8), [points], 1)`` for a convex polygon with integer
-    vertices ``[K, 2]`` (x, y): the pixels whose centres are inside or on it, plus its edges'
-    8-connected lines (OpenCV draws them too). uint8, 1 inside."""
+    vertices ``[K, 2]`` (x, y), the way OpenCV rasterises it: each edge drawn as an 8-connected
+    line (clipped to the image first), then each row filled between the edges' crossings (16-bit
+    fixed point, the edges' clipped ends). uint8, 1 inside."""
     h, w = shape
-    pts = np.asarray(points, np.int64).reshape(-1, 2)
-    nxt = np.roll(pts, -1, axis=0)
+    pts = np.asarray(points, np.int64).reshape(-1, 2).tolist()
     mask = np.zeros((h, w), np.uint8)
-    if abs(int((pts[:, 0] * nxt[:, 1] - nxt[:, 0] * pts[:, 1]).sum())) > 0:   # twice the area
-        ys, xs = np.mgrid[0:h, 0:w]
-        crosses = np.stack([(q[0] - p[0]) * (ys - p[1]) - (q[1] - p[1]) * (xs - p[0]) for p, q in zip(pts, nxt)])
-        mask[(crosses >= 0).all(0) | (crosses <= 0).all(0)] = 1
+    one = 1 << 16
+    rows: List[np.ndarray] = []
+    xs: List[np.ndarray] = []
     for i in range(len(pts)):
-        line = _line_pixels(pts[i], pts[(i + 1) % len(pts)])
-        ok = (line[:, 0] >= 0) & (line[:, 0] < w) & (line[:, 1] >= 0) & (line[:, 1] < h)
-        mask[line[ok, 1], line[ok, 0]] = 1
+        p0, p1 = pts[i - 1], pts[i]                      # OpenCV's edge order: v[i-1] -> v[i]
+        t0, t1 = list(p0), list(p1)
+        if _clip_line((h, w), t0, t1):
+            line = _line_pixels(np.array(t0, np.int64), np.array(t1, np.int64))
+            mask[line[:, 1], line[:, 0]] = 1
+        if p0[1] == p1[1]:
+            continue
+        c0, c1 = list(p0), list(p1)                      # the row-filling edge: clipped ends
+        t0, t1 = list(p0), list(p1)
+        if not (0 <= t0[0] < w and 0 <= t1[0] < w and 0 <= t0[1] < h and 0 <= t1[1] < h):
+            _clip_line((h, w), t0, t1)
+            if t0[1] != t1[1]:
+                c0[1], c1[1] = t0[1], t1[1]
+        x0f, x1f = t0[0] * one, t1[0] * one
+        dx = _trunc_div(x1f - x0f, c1[1] - c0[1])
+        if p0[1] < p1[1]:
+            y_top, y_end, x_top = p0[1], p1[1], x0f + (p0[1] - c0[1]) * dx
+        else:
+            y_top, y_end, x_top = p1[1], p0[1], x1f + (p1[1] - c1[1]) * dx
+        ys = np.arange(y_top, y_end, dtype=np.int64)    # the edge is active on rows [top, end)
+        rows.append(ys)
+        xs.append(x_top + (ys - y_top) * dx)
+    if len(rows) >= 2:
+        ys, xf = np.concatenate(rows), np.concatenate(xs)
+        ok = (ys >= 0) & (ys < h)
+        ys, xf = ys[ok], xf[ok]
+        if len(ys):
+            lo = np.full(h, np.iinfo(np.int64).max, np.int64)
+            hi = np.full(h, np.iinfo(np.int64).min, np.int64)
+            np.minimum.at(lo, ys, xf)
+            np.maximum.at(hi, ys, xf)
+            present = np.unique(ys)
+            a = np.maximum((lo[present] + one - 1) >> 16, 0)
+            b = np.minimum(hi[present] >> 16, w - 1)
+            cols = np.arange(w)[None, :]
+            fill = (cols >= a[:, None]) & (cols <= b[:, None])
+            mask[present] |= fill.astype(np.uint8)
     return mask

@@ -381,12 +381,14 @@ class DbBoxes(GlueStep):
             rect = ops.min_area_rect(contour)
             if min(rect[1]) < self.min_size:
                 continue
-            quad = order_quad(ops.box_points(rect))
+            # the corners to 1/1000 px first: which pixels the box holds must not hinge on float32
+            # noise (136.99998 vs 137.00002), which differs between OpenCV and NumPy
+            quad = np.round(order_quad(ops.box_points(rect)).astype(np.float64), 3)
             x0 = int(np.clip(np.floor(quad[:, 0].min()), 0, w - 1))
             x1 = int(np.clip(np.ceil(quad[:, 0].max()), 0, w - 1))
             y0 = int(np.clip(np.floor(quad[:, 1].min()), 0, h - 1))
             y1 = int(np.clip(np.ceil(quad[:, 1].max()), 0, h - 1))
-            mask = ops.fill_mask((y1 - y0 + 1, x1 - x0 + 1), (quad - np.array([x0, y0], np.float32)).astype(np.int32))
+            mask = ops.fill_mask((y1 - y0 + 1, x1 - x0 + 1), np.trunc(quad - [x0, y0]).astype(np.int32))
             inside = prob[y0:y1 + 1, x0:x1 + 1][mask != 0]
             score = float(inside.mean(dtype=np.float64)) if inside.size else 0.0   # cv2.mean's answer
             if score < self.box_thresh:
