@@ -17,12 +17,15 @@ Board-safe: Python 3.8, NumPy only (no OpenCV, no SciPy). Each function mirrors 
                             OpenCV 5 (convex hull by monotone chain, then every hull edge's
                             rectangle: rotating calipers)
 :func:`box_points`          ``cv2.boxPoints``: the same four corners in the same order
-:func:`fill_quad_mask`      ``cv2.fillPoly(mask, [int32 points], 1)`` for a convex polygon: the pixels
-                            inside or on it, plus its edges' 8-connected lines
+:func:`fill_quad_mask`      ``cv2.fillPoly(mask, [int32 points], 1)`` for a convex polygon, rasterised
+                            as OpenCV does (edges as clipped 8-connected lines, rows filled in 16-bit
+                            fixed point); exact
 ==========================  ==============================================================================
 
 Regions are found by run lengths: each row's runs of foreground, runs of neighbouring rows joined
-by a union-find (a Python loop over pairs of touching runs, not over pixels).
+by a union-find (a Python loop over pairs of touching runs, not over pixels). Where two rectangles
+of equal area fit a hull, OpenCV (float32) and :func:`min_area_rect` (float64) may pick different
+ones; on the corpus page every box agrees (tests/kernels/test_contours.py).
 """
 from __future__ import annotations
 
@@ -49,10 +52,29 @@ def _runs(mask: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     h, w = mask.shape
     padded = np.zeros((h, w + 2), np.int8)
     padded[:, 1:-1] = mask
-    d = np.diff(padded, axis=1)
-    rs, xs = np.nonzero(d == 1)
-    _, xe = np.nonzero(d == -1)
-    return rs.astype(np.int64), xs.astype(np.int64), xe.astype(np.int64)
+    d = np.diff(padded, axis=1)                          # [h, w + 1]: +1 a run starts, -1 it ends
+    at = np.flatnonzero(d)
+    step = d.ravel()[at]
+    starts, ends = at[step == 1], at[step == -1]
+    return starts // (w + 1), starts % (w + 1), ends % (w + 1)
+
+
+def _gaps(row: np.ndarray, x0: np.ndarray, x1: np.ndarray, h: int, w: int
+          ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of the complement (each row's gaps between the runs ``row, x0, x1``), raster order."""
+    first = np.ones(len(row), bool)
+    first[1:] = row[1:] != row[:-1]
+    last = np.ones(len(row), bool)
+    last[:-1] = row[1:] != row[:-1]
+    before_x0 = np.where(first, 0, np.roll(x1, 1))       # the gap before each run
+    empty_rows = np.setdiff1d(np.arange(h), row)
+    rows = np.concatenate([row, row[last], empty_rows])
+    g0 = np.concatenate([before_x0, x1[last], np.zeros(len(empty_rows), np.int64)])
+    g1 = np.concatenate([x0, np.full(int(last.sum()), w), np.full(len(empty_rows), w)])
+    keep = g1 > g0
+    rows, g0, g1 = rows[keep], g0[keep], g1[keep]
+    order = np.lexsort((g0, rows))
+    return rows[order], g0[order], g1[order]
 
 
 def _label_runs(row: np.ndarray, x0: np.ndarray, x1: np.ndarray, width: int, reach: int) -> np.ndarray:
@@ -109,7 +131,7 @@ def region_points(bitmap: np.ndarray) -> List[np.ndarray]:
         r, a, b = row[idx], x0[idx], x1[idx] - 1
         pts = np.concatenate([np.stack([a, r], 1), np.stack([b, r], 1)])
         found.append((int(r[0]) * w + int(a[0]), pts))   # the region's first pixel
-    brow, bx0, bx1 = _runs(~mask)
+    brow, bx0, bx1 = _gaps(row, x0, x1, h, w)
     for idx in _grouped(_label_runs(brow, bx0, bx1, w, 0)):
         r, a, b = brow[idx], bx0[idx], bx1[idx] - 1
         if r[0] == 0 or r[-1] == h - 1 or a.min() == 0 or b.max() == w - 1:
@@ -124,7 +146,17 @@ def region_points(bitmap: np.ndarray) -> List[np.ndarray]:
 def convex_hull(points: np.ndarray) -> np.ndarray:
     """Convex hull ``[M, 2]`` float64 of points ``[N, 2]`` (Andrew's monotone chain,
     counter-clockwise in x-right/y-up terms, collinear points dropped)."""
-    pts = np.unique(np.asarray(points, np.float64).reshape(-1, 2), axis=0)   # sorted by x, then y
+    pts = np.asarray(points, np.float64).reshape(-1, 2)
+    if len(pts) > 16:                                    # drop what lies inside the extreme octagon
+        dirs = np.array([[-1, 0], [-1, -1], [0, -1], [1, -1], [1, 0], [1, 1], [0, 1], [-1, 1]], np.float64)
+        octagon = pts[np.argmax(pts @ dirs.T, axis=0)]   # counter-clockwise (x right, y up)
+        edge = np.roll(octagon, -1, axis=0) - octagon
+        keep = edge.any(1)
+        if keep.sum() >= 3:
+            o, e = octagon[keep], edge[keep]
+            cross = e[:, 0, None] * (pts[None, :, 1] - o[:, 1, None]) - e[:, 1, None] * (pts[None, :, 0] - o[:, 0, None])
+            pts = pts[~(cross > 0).all(0)]
+    pts = np.unique(pts, axis=0)                         # sorted by x, then y
     if len(pts) <= 2:
         return pts
     p = pts.tolist()
@@ -184,7 +216,7 @@ def _clip_line(size: Tuple[int, int], p: List[int], q: List[int]) -> bool:
     def code(x: int, y: int, with_y: bool = True) -> int:
         return (x < 0) + (x > right) * 2 + ((y < 0) * 4 + (y > bottom) * 8 if with_y else 0)
 
-    c1, c2 = code(*p), code(*q)
+    c1, c2 = code(p[0], p[1]), code(q[0], q[1])
     if (c1 & c2) == 0 and (c1 | c2) != 0:
         if c1 & 12:
             a = 0 if c1 < 8 else bottom
