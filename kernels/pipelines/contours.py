@@ -23,9 +23,10 @@ Board-safe: Python 3.8, NumPy only (no OpenCV, no SciPy). Each function mirrors 
 ==========================  ==============================================================================
 
 Regions are found by run lengths: each row's runs of foreground, runs of neighbouring rows joined
-by a union-find (a Python loop over pairs of touching runs, not over pixels). Where two rectangles
-of equal area fit a hull, OpenCV (float32) and :func:`min_area_rect` (float64) may pick different
-ones; on the corpus page every box agrees (tests/kernels/test_contours.py).
+by a union-find (a Python loop over pairs of touching runs, not over pixels). Where rectangles of
+equal area fit a hull, :func:`min_area_rect` takes the one OpenCV's rotating calipers meet first;
+OpenCV's float32 arithmetic still picks another on rare ties (2 of 858 test contours, both
+triangles); on the corpus page every box agrees (tests/kernels/test_contours.py).
 """
 from __future__ import annotations
 
@@ -188,7 +189,10 @@ def min_area_rect(points: np.ndarray) -> Rect:
     v = np.stack([-u[:, 1], u[:, 0]], 1)
     pu, pv = u @ hull.T, v @ hull.T                      # [E, M] projections
     wu, wv = pu.max(1) - pu.min(1), pv.max(1) - pv.min(1)
-    k = int(np.argmin(wu * wv))
+    area = wu * wv
+    # equal areas (a tie): the side OpenCV's calipers meet first, the largest angle mod 90 here
+    tied = np.flatnonzero(area <= area.min() * (1 + 1e-6) + 1e-9)
+    k = int(tied[np.argmax(np.degrees(np.arctan2(u[tied, 1], u[tied, 0])) % 90.0)])
     cu, cv = (pu[k].max() + pu[k].min()) / 2, (pv[k].max() + pv[k].min()) / 2
     centre = u[k] * cu + v[k] * cv
     phi = math.degrees(math.atan2(u[k, 1], u[k, 0]))     # the direction of the side of length wu
