@@ -126,7 +126,18 @@ def test_fill_quad_mask_equals_opencv_fillpoly():
         theirs = np.zeros(shape, np.uint8)
         cv2.fillPoly(theirs, [pts], 1)
         assert np.array_equal(C.fill_quad_mask(shape, pts), theirs), pts.tolist()
-    # a quad partly outside the mask (db_boxes clips its box to the map), and a degenerate one
+    # quads near a 20 x 20 map's edge, the box clipped to the map as db_boxes does (OpenCV clips the edges)
+    for _ in range(400):
+        rect = ((float(rng.uniform(-5, 25)), float(rng.uniform(-5, 25))),
+                (float(rng.uniform(2, 30)), float(rng.uniform(2, 15))), float(rng.uniform(-90, 0)))
+        quad = g.order_quad(cv2.boxPoints(rect))
+        x0, x1 = (int(np.clip(f(quad[:, 0]), 0, 19)) for f in (lambda v: np.floor(v.min()), lambda v: np.ceil(v.max())))
+        y0, y1 = (int(np.clip(f(quad[:, 1]), 0, 19)) for f in (lambda v: np.floor(v.min()), lambda v: np.ceil(v.max())))
+        pts = (quad - np.array([x0, y0], np.float32)).astype(np.int32)
+        theirs = np.zeros((y1 - y0 + 1, x1 - x0 + 1), np.uint8)
+        cv2.fillPoly(theirs, [pts], 1)
+        assert np.array_equal(C.fill_quad_mask(theirs.shape, pts), theirs), pts.tolist()
+    # a quad partly outside the mask, and degenerate ones
     for pts in ([[-3, 2], [6, -2], [9, 5], [0, 9]], [[2, 2], [2, 2], [2, 2], [2, 2]], [[0, 0], [7, 3], [7, 3], [0, 0]]):
         theirs = np.zeros((8, 8), np.uint8)
         cv2.fillPoly(theirs, [np.array(pts, np.int32)], 1)
