@@ -157,7 +157,8 @@ def convex_hull(points: np.ndarray) -> np.ndarray:
             o, e = octagon[keep], edge[keep]
             cross = e[:, 0, None] * (pts[None, :, 1] - o[:, 1, None]) - e[:, 1, None] * (pts[None, :, 0] - o[:, 0, None])
             pts = pts[~(cross > 0).all(0)]
-    pts = np.unique(pts, axis=0)                         # sorted by x, then y
+    pts = pts[np.lexsort((pts[:, 1], pts[:, 0]))]       # sorted by x, then y; duplicates dropped
+    pts = pts[np.concatenate([[True], (pts[1:] != pts[:-1]).any(1)])]
     if len(pts) <= 2:
         return pts
     p = pts.tolist()
@@ -304,18 +305,15 @@ def fill_quad_mask(shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
         rows.append(ys)
         xs.append(x_top + (ys - y_top) * dx)
     if len(rows) >= 2:
-        ys, xf = np.concatenate(rows), np.concatenate(xs)
-        ok = (ys >= 0) & (ys < h)
-        ys, xf = ys[ok], xf[ok]
-        if len(ys):
-            lo = np.full(h, np.iinfo(np.int64).max, np.int64)
-            hi = np.full(h, np.iinfo(np.int64).min, np.int64)
-            np.minimum.at(lo, ys, xf)
-            np.maximum.at(hi, ys, xf)
-            present = np.unique(ys)
-            a = np.maximum((lo[present] + one - 1) >> 16, 0)
-            b = np.minimum(hi[present] >> 16, w - 1)
-            cols = np.arange(w)[None, :]
-            fill = (cols >= a[:, None]) & (cols <= b[:, None])
-            mask[present] |= fill.astype(np.uint8)
+        lo = np.full(h, (w + 1) * one, np.int64)         # rows no edge crosses: lo > hi, nothing filled
+        hi = np.full(h, -2 * one, np.int64)
+        for ys, xf in zip(rows, xs):                     # rows are unique within one edge
+            ok = (ys >= 0) & (ys < h)
+            ys, xf = ys[ok], xf[ok]
+            lo[ys] = np.minimum(lo[ys], xf)
+            hi[ys] = np.maximum(hi[ys], xf)
+        a = np.maximum((lo + one - 1) >> 16, 0)
+        b = np.minimum(hi >> 16, w - 1)
+        cols = np.arange(w)[None, :]
+        mask |= ((cols >= a[:, None]) & (cols <= b[:, None])).astype(np.uint8)
     return mask
