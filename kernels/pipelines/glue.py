@@ -287,8 +287,35 @@ class Preprocess(GlueStep):
 
 
 class _ContourOps:
-    """The primitives of :class:`DbBoxes`, OpenCV's: dilation, contours, minimum-area rectangle,
-    corners, the box's pixels. :class:`_NumpyContourOps` is the same in NumPy."""
+    """The primitives of :class:`DbBoxes` (dilation, contours, minimum-area rectangle, its corners,
+    the box's pixels) in NumPy (:mod:`.contours`), what a board without OpenCV runs;
+    :class:`_OpenCvContourOps` is the same through OpenCV."""
+
+    device = "cpu (NumPy)"
+
+    def __init__(self) -> None:
+        from . import contours
+
+        self._c = contours
+
+    def dilate(self, bitmap: np.ndarray) -> np.ndarray:
+        return self._c.dilate2x2(bitmap)
+
+    def contours(self, bitmap: np.ndarray) -> Sequence[np.ndarray]:
+        return self._c.region_points(bitmap)
+
+    def min_area_rect(self, points: np.ndarray) -> Tuple[Tuple[float, float], Tuple[float, float], float]:
+        return self._c.min_area_rect(points)
+
+    def box_points(self, rect: Tuple[Tuple[float, float], Tuple[float, float], float]) -> np.ndarray:
+        return self._c.box_points(rect)
+
+    def fill_mask(self, shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
+        return self._c.fill_quad_mask(shape, points)
+
+
+class _OpenCvContourOps(_ContourOps):
+    """:class:`_ContourOps` through OpenCV (where it is installed)."""
 
     device = "cpu (OpenCV contours + NumPy)"
 
@@ -315,35 +342,10 @@ class _ContourOps:
         return mask
 
 
-class _NumpyContourOps(_ContourOps):
-    """:class:`_ContourOps` in NumPy (:mod:`.contours`), where OpenCV is not installed (a board)."""
-
-    device = "cpu (NumPy)"
-
-    def __init__(self) -> None:
-        from . import contours
-
-        self.c = contours
-
-    def dilate(self, bitmap: np.ndarray) -> np.ndarray:
-        return self.c.dilate2x2(bitmap)
-
-    def contours(self, bitmap: np.ndarray) -> Sequence[np.ndarray]:
-        return self.c.region_points(bitmap)
-
-    def min_area_rect(self, points: np.ndarray) -> Tuple[Tuple[float, float], Tuple[float, float], float]:
-        return self.c.min_area_rect(points)
-
-    def box_points(self, rect: Tuple[Tuple[float, float], Tuple[float, float], float]) -> np.ndarray:
-        return self.c.box_points(rect)
-
-    def fill_mask(self, shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
-        return self.c.fill_quad_mask(shape, points)
-
-
 def _contour_ops() -> _ContourOps:
+    """OpenCV's primitives where ``import cv2`` works (the module's ``_cv2`` hook), else NumPy's."""
     cv2 = _cv2()
-    return _ContourOps(cv2) if cv2 is not None else _NumpyContourOps()
+    return _OpenCvContourOps(cv2) if cv2 is not None else _ContourOps()
 
 
 @register_glue("db_boxes")
@@ -356,7 +358,7 @@ class DbBoxes(GlueStep):
     OpenCV's contours where it is installed, else the same steps in NumPy (:mod:`.contours`;
     ``device`` says which)."""
 
-    device = _ContourOps.device
+    device = _OpenCvContourOps.device
 
     def __init__(self, **options: Any) -> None:
         o = _options("db_boxes", options, {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.6,
