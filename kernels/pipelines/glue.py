@@ -22,7 +22,8 @@ once per frame with the frame's :class:`Frame`; it reads and writes the frame's 
 
 A user step is ``FILE.py:FUNCTION``: ``function(frame, **options)`` that updates the frame (or
 returns a new one). Steps are NumPy code that also runs on the board (Python 3.8 + NumPy);
-OpenCV is used when present (``db_boxes`` needs it: contours and minimum-area rectangles).
+OpenCV is used when present (``db_boxes``' contours and minimum-area rectangles have a NumPy
+twin in :mod:`.contours`, used without it).
 Each built-in step is tested against a reference (tests/kernels/test_glue.py).
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...errors import ConfigError, InputError, MissingDependencyError, UnknownNameError
+from ...errors import ConfigError, InputError, UnknownNameError
 from ...preprocess import PreprocessSpec
 from ...registry import Registry
 
@@ -122,14 +123,6 @@ def _cv2() -> Any:
         import cv2
     except ImportError:
         return None
-    return cv2
-
-
-def _need_cv2(step: str) -> Any:
-    cv2 = _cv2()
-    if cv2 is None:
-        raise MissingDependencyError("the %s glue step (contours, minimum-area rectangles)" % step,
-                                     "opencv-python-headless", "pip install opencv-python-headless")
     return cv2
 
 
@@ -293,15 +286,79 @@ class Preprocess(GlueStep):
             self._gpu = None
 
 
+class _ContourOps:
+    """The primitives of :class:`DbBoxes` (dilation, contours, minimum-area rectangle, its corners,
+    the box's pixels) in NumPy (:mod:`.contours`), what a board without OpenCV runs;
+    :class:`_OpenCvContourOps` is the same through OpenCV."""
+
+    device = "cpu (NumPy)"
+
+    def __init__(self) -> None:
+        from . import contours
+
+        self._c = contours
+
+    def dilate(self, bitmap: np.ndarray) -> np.ndarray:
+        return self._c.dilate2x2(bitmap)
+
+    def contours(self, bitmap: np.ndarray) -> Sequence[np.ndarray]:
+        return self._c.region_points(bitmap)
+
+    def min_area_rect(self, points: np.ndarray) -> Tuple[Tuple[float, float], Tuple[float, float], float]:
+        return self._c.min_area_rect(points)
+
+    def box_points(self, rect: Tuple[Tuple[float, float], Tuple[float, float], float]) -> np.ndarray:
+        return self._c.box_points(rect)
+
+    def fill_mask(self, shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
+        return self._c.fill_quad_mask(shape, points)
+
+
+class _OpenCvContourOps(_ContourOps):
+    """:class:`_ContourOps` through OpenCV (where it is installed)."""
+
+    device = "cpu (OpenCV contours + NumPy)"
+
+    def __init__(self, cv2: Any) -> None:
+        self.cv2 = cv2
+
+    def dilate(self, bitmap: np.ndarray) -> np.ndarray:
+        return self.cv2.dilate(bitmap, np.ones((2, 2), np.uint8))
+
+    def contours(self, bitmap: np.ndarray) -> Sequence[np.ndarray]:
+        cv2 = self.cv2
+        found = cv2.findContours(bitmap * 255, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+        return found[0] if len(found) == 2 else found[1]
+
+    def min_area_rect(self, points: np.ndarray) -> Tuple[Tuple[float, float], Tuple[float, float], float]:
+        return self.cv2.minAreaRect(points)
+
+    def box_points(self, rect: Tuple[Tuple[float, float], Tuple[float, float], float]) -> np.ndarray:
+        return self.cv2.boxPoints(rect)
+
+    def fill_mask(self, shape: Tuple[int, int], points: np.ndarray) -> np.ndarray:
+        mask = np.zeros(shape, np.uint8)
+        self.cv2.fillPoly(mask, [points], 1)
+        return mask
+
+
+def _contour_ops() -> _ContourOps:
+    """OpenCV's primitives where ``import cv2`` works (the module's ``_cv2`` hook), else NumPy's."""
+    cv2 = _cv2()
+    return _OpenCvContourOps(cv2) if cv2 is not None else _ContourOps()
+
+
 @register_glue("db_boxes")
 class DbBoxes(GlueStep):
     """DB post-processing (PaddleOCR's ``DBPostProcess``, ``score_mode="fast"``): ``thresh`` on the
-    probability map, optional 2x2 dilation, each external contour's minimum-area rectangle (shorter
-    side >= ``min_size``), its mean probability inside its bounding box >= ``box_thresh``, unclipped
+    probability map, optional 2x2 dilation, each contour's minimum-area rectangle (shorter
+    side >= ``min_size``), its mean probability inside the rectangle >= ``box_thresh``, unclipped
     by ``unclip_ratio`` (:func:`unclip_rect`), shorter side >= ``min_size + 2``; at most
-    ``max_candidates`` contours. Quads in source pixels, sorted top to bottom, then left to right."""
+    ``max_candidates`` contours. Quads in source pixels, sorted top to bottom, then left to right.
+    OpenCV's contours where it is installed, else the same steps in NumPy (:mod:`.contours`;
+    ``device`` says which)."""
 
-    device = "cpu (OpenCV contours + NumPy)"
+    device = _OpenCvContourOps.device
 
     def __init__(self, **options: Any) -> None:
         o = _options("db_boxes", options, {"thresh": 0.3, "box_thresh": 0.5, "unclip_ratio": 1.6,
@@ -309,38 +366,39 @@ class DbBoxes(GlueStep):
         self.thresh, self.box_thresh = float(o["thresh"]), float(o["box_thresh"])
         self.unclip_ratio, self.max_candidates = float(o["unclip_ratio"]), int(o["max_candidates"])
         self.min_size, self.use_dilation = float(o["min_size"]), bool(o["use_dilation"])
-        self._cv2 = _need_cv2("db_boxes")
+        self._ops = _contour_ops()
+        self.device = self._ops.device
 
     def boxes_in_input(self, prob: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """``(quads [K,4,2], scores [K])`` in the probability map's pixels."""
-        cv2 = self._cv2
+        ops = self._ops
         arr = np.asarray(prob, np.float32)
         h, w = int(arr.shape[-2]), int(arr.shape[-1])
         prob = arr.reshape(h, w)
         bitmap = (prob > self.thresh).astype(np.uint8)
         if self.use_dilation:
-            bitmap = cv2.dilate(bitmap, np.ones((2, 2), np.uint8))
-        found = cv2.findContours(bitmap * 255, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
-        contours = found[0] if len(found) == 2 else found[1]
+            bitmap = ops.dilate(bitmap)
         quads, scores = [], []
-        for contour in contours[: self.max_candidates]:
-            rect = cv2.minAreaRect(contour)
+        for contour in ops.contours(bitmap)[: self.max_candidates]:
+            rect = ops.min_area_rect(contour)
             if min(rect[1]) < self.min_size:
                 continue
-            quad = order_quad(cv2.boxPoints(rect))
+            # the corners to 1/1000 px first: which pixels the box holds must not hinge on float32
+            # noise (136.99998 vs 137.00002), which differs between OpenCV and NumPy
+            quad = np.round(order_quad(ops.box_points(rect)).astype(np.float64), 3)
             x0 = int(np.clip(np.floor(quad[:, 0].min()), 0, w - 1))
             x1 = int(np.clip(np.ceil(quad[:, 0].max()), 0, w - 1))
             y0 = int(np.clip(np.floor(quad[:, 1].min()), 0, h - 1))
             y1 = int(np.clip(np.ceil(quad[:, 1].max()), 0, h - 1))
-            mask = np.zeros((y1 - y0 + 1, x1 - x0 + 1), np.uint8)
-            cv2.fillPoly(mask, [(quad - np.array([x0, y0], np.float32)).astype(np.int32)], 1)
-            score = float(cv2.mean(prob[y0:y1 + 1, x0:x1 + 1], mask)[0])
+            mask = ops.fill_mask((y1 - y0 + 1, x1 - x0 + 1), np.trunc(quad - [x0, y0]).astype(np.int32))
+            inside = prob[y0:y1 + 1, x0:x1 + 1][mask != 0]
+            score = float(inside.mean(dtype=np.float64)) if inside.size else 0.0   # cv2.mean's answer
             if score < self.box_thresh:
                 continue
             grown = unclip_rect(rect, self.unclip_ratio)
             if min(grown[1]) < self.min_size + 2:
                 continue
-            quads.append(order_quad(cv2.boxPoints(grown)))
+            quads.append(order_quad(ops.box_points(grown)))
             scores.append(score)
         if not quads:
             return np.zeros((0, 4, 2), np.float32), np.zeros((0,), np.float32)
