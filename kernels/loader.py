@@ -18,6 +18,7 @@ KERNEL_DIR = Path(__file__).resolve().parent
 COMPILE_OPTIONS: Dict[str, List[str]] = {
     "preprocess.cu": [],
     "postprocess.cu": ["--fmad=false"],
+    "crops.cu": ["--fmad=false"],
 }
 
 

@@ -15,6 +15,8 @@ once per frame with the frame's :class:`Frame`; it reads and writes the frame's 
 ``crop_boxes``     axis-aligned crops of ``boxes`` (optionally expanded) -> ``crops``
 ``crop_quads``     perspective (rotated) crops of ``quads`` -> ``crops`` (tall crops turned 90 degrees)
 ``resize_pad``     each crop resized to the next stage's input (keep aspect, pad) and normalised -> ``crops``
+``crop_resize``    ``crop_quads`` + ``resize_pad`` in one step: one CUDA launch for every crop of the frame
+                   where a GPU is (``sdk.kernels`` ``crops.cu``), else the two CPU steps
 ``batch``          the crops stacked into batches of at most ``max_batch`` -> ``feed`` (a list of arrays)
 ``ctc_greedy``     CTC greedy decoding of ``outputs[0]`` ``[N, T, classes]`` with a character list -> texts
 ``topk``           the top-k classes of ``outputs[0]`` ``[N, classes]`` with their labels -> labels
@@ -604,11 +606,13 @@ class ResizePad(GlueStep):
     ``grow = true``: a crop wider than ``width`` at that height keeps its aspect and makes its
     array wider (PaddleOCR's batch width, ``height * max aspect``); ``batch`` pads the batch to its widest."""
 
+    DEFAULTS: Dict[str, Any] = {"height": None, "width": None, "keep_aspect": True, "color": "RGB",
+                                "input_order": "BGR", "mean": 0.0, "std": 255.0, "pad_value": 0.0,
+                                "align": "left", "layout": "NCHW", "dtype": "float32",
+                                "grow": False, "max_width": 4096}
+
     def __init__(self, **options: Any) -> None:
-        o = _options("resize_pad", options, {"height": None, "width": None, "keep_aspect": True, "color": "RGB",
-                                              "input_order": "BGR", "mean": 0.0, "std": 255.0, "pad_value": 0.0,
-                                              "align": "left", "layout": "NCHW", "dtype": "float32",
-                                              "grow": False, "max_width": 4096})
+        o = _options("resize_pad", options, self.DEFAULTS)
         if not o["height"] or not o["width"]:
             raise ConfigError("resize_pad needs height and width (the next stage's input size)")
         self.height, self.width = int(o["height"]), int(o["width"])
@@ -648,6 +652,71 @@ class ResizePad(GlueStep):
 
     def __call__(self, frame: Frame) -> None:
         frame.crops = [self.one(c) for c in frame.crops]
+
+
+@register_glue("crop_resize")
+class CropResize(GlueStep):
+    """``crop_quads`` then ``resize_pad`` as one step (the options of both, plus ``device`` = auto |
+    cpu | cuda). With CUDA (``auto`` on a board that has it) one launch of ``sdk.kernels``'
+    ``crops.cu`` computes every crop of the frame, to the arithmetic of the two CPU steps without
+    OpenCV (:func:`sdk.kernels.crops.emulate`); on the CPU the two steps run as they are."""
+
+    def __init__(self, device: str = "auto", **options: Any) -> None:
+        o = _options("crop_resize", options, {"rotate_ratio": 1.5, **ResizePad.DEFAULTS})
+        self._crop = CropQuads(rotate_ratio=o.pop("rotate_ratio"))
+        self._resize = ResizePad(**o)
+        self._gpu: Any = None
+        self.device = f"{self._crop.device}; {self._resize.device}"
+        if _cuda_wanted(device, "crop_resize"):
+            if self._resize.dtype != "float32" or self._resize.layout not in ("NCHW", "NHWC"):
+                if device == "cuda":
+                    raise ConfigError(f"crop_resize on CUDA writes float32 NCHW or NHWC, not {self._resize.dtype} "
+                                      f"{self._resize.layout}", "set device = \"cpu\"")
+                return
+            from ..crops import GpuCropResizer
+
+            self._gpu = GpuCropResizer()
+            self.device = "cuda (sdk.kernels crops.cu)"
+
+    def plan(self, quads: Any) -> Any:
+        """The kernel's arguments for these quads (:class:`sdk.kernels.crops.CropPlan`), from the
+        CPU steps' own rules: crop size, homography, turn of tall crops, resized width, padding."""
+        from ..crops import CROP_INTS, CropPlan
+
+        rp, n = self._resize, len(quads)
+        hinv = np.zeros((n, 9), np.float64)
+        ints = np.zeros((n, CROP_INTS), np.int32)
+        scales = np.zeros((n, 2), np.float32)
+        for k, quad in enumerate(quads):
+            q = np.asarray(quad, np.float32)
+            h, w = _crop_size(q)
+            dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+            hinv[k] = _homography(dst, q).ravel()
+            turned = h >= w * self._crop.rotate_ratio
+            th, tw = (w, h) if turned else (h, w)
+            resized = rp.target_width(th, tw)
+            out_w = max(rp.width, resized)
+            left = (out_w - resized) // 2 if rp.align == "center" else 0
+            ints[k] = [th, tw, w, int(turned), resized, out_w, left, 0]
+            scales[k] = [np.float32(th / rp.height), np.float32(tw / resized)]
+        stride = int(ints[:, 5].max()) if n else rp.width
+        return CropPlan(hinv, ints, scales, rp.height, stride, rp.pad_value, [float(m) for m in rp.mean],
+                        [float(x) for x in rp.std], bool(rp.swap), rp.layout == "NCHW")
+
+    def __call__(self, frame: Frame) -> None:
+        if frame.quads is None:
+            raise InputError("crop_resize needs quads: put it after db_boxes (or use crop_boxes)")
+        if self._gpu is None:
+            self._crop(frame)
+            self._resize(frame)
+            return
+        plan = self.plan(frame.quads)
+        frame.crops = plan.split(self._gpu(frame.image, plan)) if plan.count else []
+
+    def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+            self._gpu = None
 
 
 @register_glue("batch")

@@ -36,7 +36,7 @@ def _session(path):
 # -- the registry ----------------------------------------------------------------------------------------
 def test_registry_names_and_unknown_step():
     assert set(GLUE.names()) >= {"preprocess", "db_boxes", "yolo_boxes", "picodet_boxes", "crop_boxes",
-                                 "crop_quads", "resize_pad", "batch", "ctc_greedy", "topk"}
+                                 "crop_quads", "resize_pad", "crop_resize", "batch", "ctc_greedy", "topk"}
     with pytest.raises(UnknownNameError) as e:
         build_step("ctc_gredy")
     assert "ctc_greedy" in str(e.value) + str(getattr(e.value, "hint", ""))
