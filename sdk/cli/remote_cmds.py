@@ -241,26 +241,10 @@ def _check_precision(model: str, precision: Optional[str], target: Optional[str]
     honour is bad input (exit 2), not a run of the stored precision that says so only in the JSON."""
     if not precision:
         return
-    from ..errors import EdgeSDKError
-    from ..formats import default_target
     from ..model import Model
-    from ..targets import target_class
+    from ..validation.runners import check_run_precision
 
-    m = Model.load(model)
-    names = {target} if target else set()
-    if not target:
-        for prof in profiles:
-            picked = None
-            for name in getattr(getattr(prof, "runtime", None), "targets", ()) or ():
-                try:
-                    if m.format in getattr(target_class(name), "model_formats", ("onnx",)):
-                        picked = name
-                        break
-                except EdgeSDKError:
-                    continue
-            names.add(picked or default_target(m))
-    for name in sorted(names):
-        target_class(name).check_precision(precision, m)
+    check_run_precision(Model.load(model), precision, target, profiles)
 
 
 def _precheck(model: str, shapes: Dict[str, Any], target: Optional[str],

@@ -642,6 +642,11 @@ def validate(
     # resolve every board first: an unknown name is bad input (nothing has run yet), while a
     # board that cannot be reached or drops later fails its own checks and the others go on
     runners = [open_runner(b) for b in boards]
+    if spec is not None and spec.run.get("precision"):
+        from .runners import check_run_precision
+
+        # a [run] precision the target cannot honour (an FP32 model and int8 on onnxruntime): exit 2
+        check_run_precision(m, str(spec.run["precision"]), spec.run.get("target"), runners)
     if preprocess is None and spec is not None:
         preprocess = spec.preprocess
     from ..targets.measure import as_values, check_carry, require_control_values

@@ -203,6 +203,39 @@ def _join(parts: list, batched: bool) -> np.ndarray:
     return np.stack(parts)
 
 
+def _picked_target(model: Any, profile: Any) -> Optional[str]:
+    """The first target of a board profile's runtime that opens ``model``'s format, else None."""
+    from ..errors import EdgeSDKError
+    from ..targets import target_class
+
+    for name in getattr(getattr(profile, "runtime", None), "targets", ()) or ():
+        try:
+            if model.format in getattr(target_class(name), "model_formats", ("onnx",)):
+                return str(name)
+        except EdgeSDKError:
+            continue
+    return None
+
+
+def check_run_precision(model: Any, precision: Optional[str], target: Optional[str], boards: Sequence[Any]) -> None:
+    """:class:`~sdk.errors.InputError` when ``precision`` is one the target cannot honour: ``target``,
+    else each board's pick for the model's format (a board profile, or a runner with a ``profile``
+    or a ``target``; the format's default target otherwise). Called before anything runs, so a
+    precision that would be ignored is bad input (exit 2), not a run of the stored precision."""
+    if not precision:
+        return
+    from ..formats import default_target
+    from ..targets import target_class
+
+    names = {target} if target else set()
+    if not target:
+        for b in boards:
+            profile = getattr(b, "profile", b)
+            names.add(_picked_target(model, profile) or getattr(b, "target", None) or default_target(model))
+    for name in sorted(n for n in names if n):
+        target_class(name).check_precision(precision, model)
+
+
 def open_runner(board: Union[str, Runner]) -> Runner:
     """The runner for ``board``: a runner object is returned as is; ``host:<target>`` is a
     :class:`HostRunner`; any other name is a :class:`sdk.remote.Board` (a context manager;

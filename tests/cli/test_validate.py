@@ -108,6 +108,8 @@ def test_labels_file_formats(example_model, example_eval, tmp_path):
     ("spec_unknown_key", "unknown key 'p99_ms' in [budgets] (allowed keys:"),
     ("unknown_board", "unknown board 'no-such-board'"),
     ("missing_model", "does not exist"),
+    # an FP32 model with [run] precision = "int8" on onnxruntime: refused before any run, not FP32 timed
+    ("spec_precision", "target 'onnxruntime' runs a model in the precision it is stored in (fp32), not int8"),
 ])
 def test_bad_input_exits_2_with_one_line(example_model, example_eval, tmp_path, case, match):
     args = [example_model, "--board", "local", "--data", example_eval]
@@ -121,6 +123,9 @@ def test_bad_input_exits_2_with_one_line(example_model, example_eval, tmp_path, 
         args += ["--labels", tmp_path / "y.npy"]
     elif case == "spec_unknown_key":
         (tmp_path / "s.toml").write_text("[budgets]\np99_ms = 3\n")
+        args += ["--spec", tmp_path / "s.toml"]
+    elif case == "spec_precision":
+        (tmp_path / "s.toml").write_text('[run]\nprecision = "int8"\n')
         args += ["--spec", tmp_path / "s.toml"]
     elif case == "unknown_board":
         args += ["--board", "no-such-board"]
