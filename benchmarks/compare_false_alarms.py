@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from sdk import benchmark, corpus
-from sdk.compare import compare_paired, compare_results
+from sdk.compare import DEFAULT_ROUNDS, compare_paired, compare_results
 from sdk.targets.measure import benchmark_pair
 
 
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--min-seconds", type=float, default=0.5)
     ap.add_argument("--layers", type=int, default=20, help="convs of the interleaved model A (B has one more)")
-    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     ap.add_argument("--round-seconds", type=float, default=0.1)
     ap.add_argument("--only", choices=("separate", "interleaved"), default=None)
     args = ap.parse_args()

@@ -54,14 +54,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InputError, ResultFormatError
 from .result import BenchResult, Interval
+from .stats import PAIRED_ROUNDS
 
 __all__ = ["StatChange", "Comparison", "ProbeChange", "probe_change", "PairedComparison", "compare_paired",
            "compare_results", "load_results", "load_result", "find_baseline", "DEFAULT_THRESHOLD_PCT",
-           "PAIRED_THRESHOLD_PCT", "PROBE_NOISE_FLOOR_PCT", "COMPARED_STATS"]
+           "PAIRED_THRESHOLD_PCT", "PROBE_NOISE_FLOOR_PCT", "COMPARED_STATS", "DEFAULT_ROUNDS"]
 
 DEFAULT_THRESHOLD_PCT = 5.0
 #: Interleaved rounds cancel the machine's drift, so a smaller paired change is signed.
 PAIRED_THRESHOLD_PCT = 2.0
+#: Interleaved rounds per model by default (:data:`sdk.stats.PAIRED_ROUNDS`).
+DEFAULT_ROUNDS = PAIRED_ROUNDS
 #: The probe's repeat-to-repeat noise on a quiet machine: below this a probe change is not a move.
 PROBE_NOISE_FLOOR_PCT = 3.0
 #: CPU clocks (cpufreq) further apart than this make two runs not comparable.

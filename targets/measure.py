@@ -16,6 +16,7 @@ from ..data import Feed, check_feed, random_feed, with_values
 from ..errors import InputError
 from ..tensors import check_input_names
 from ..hostinfo import host_info
+from ..stats import PAIRED_ROUNDS
 from .base import Artifact, Session, Target
 from .registry import get_target
 
@@ -336,7 +337,7 @@ def benchmark_pair(
     target_options: Optional[Mapping[str, Any]] = None,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     data: Any = None,
-    rounds: int = 21,
+    rounds: int = PAIRED_ROUNDS,
     round_s: float = 0.1,
     warmup: int = 5,
     seed: int = 0,

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 from ._common import carry_option, input_value_option, sample_axis_option
+from ..compare import DEFAULT_ROUNDS
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +54,7 @@ def bench_cmd(
     device: str = typer.Option("auto", "--device", help="--pipeline: pre/post-processing on auto | cpu | cuda."),
     report: Optional[str] = typer.Option(None, "--report", help="--pipeline: write an HTML report here."),
     against: Optional[str] = typer.Option(None, "--against", help="Time the model against this reference model "
-                                                                  "instead, in 21 interleaved rounds (exit 1 when "
+                                                                  "instead, in 31 interleaved rounds (exit 1 when "
                                                                   "the model is slower)."),
 ) -> None:
     """Measure latency on this machine (MLPerf SingleStream: --runs AND --min-seconds)."""
@@ -77,7 +78,7 @@ def bench_cmd(
         from .compare_cmds import print_paired, run_paired
 
         cmp = run_paired(against, model, target=target, input_shape=input_shape, threads=threads, data=data,
-                         rounds=21, round_seconds=0.1, threshold=None, input_value=input_value)
+                         rounds=DEFAULT_ROUNDS, round_seconds=0.1, threshold=None, input_value=input_value)
         if json_path:
             write_json(json_path, cmp.to_dict())
         if json_path != "-":

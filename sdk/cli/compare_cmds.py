@@ -6,6 +6,7 @@ from typing import Any, List, Optional
 import typer
 
 from ._common import input_value_option
+from ..compare import DEFAULT_ROUNDS
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +28,7 @@ def compare_cmd(
     input_value: Optional[List[str]] = input_value_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Models: runtime threads of both."),
     data: Optional[str] = typer.Option(None, "--data", help="Models: real inputs (.npy/.npz file or folder)."),
-    rounds: int = typer.Option(21, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
+    rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
     round_seconds: float = typer.Option(0.1, "--round-seconds", min=0.001, max=60.0, help="Models: seconds per model per round."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the comparison JSON here ('-' for stdout)."),
 ) -> None:
