@@ -95,9 +95,24 @@ def test_ssh_timeout_stops_the_command_on_the_board(client_home, sshd, tmp_path,
         assert conn.run("echo still-alive", timeout_s=30).text() == "still-alive\n"
 
 
+@pytest.fixture
+def default_sigint():
+    """SIGINT handled as Python does by default while the test runs. A pytest started as a
+    background job of a non-interactive shell (``nohup ... &``) inherits SIGINT ignored, and then
+    ``_thread.interrupt_main()`` does nothing: the interrupt test ran into its 120 s timeout that
+    way (twice, in fresh-clone runs started so), while it passed in the foreground and in CI."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
 @needs_sshd
 @pytest.mark.ssh
-def test_ssh_interrupt_stops_the_command_on_the_board(client_home, sshd, tmp_path, tag):
+def test_ssh_interrupt_stops_the_command_on_the_board(client_home, sshd, tmp_path, tag, default_sigint):
     trust(client_home, sshd)
     with SSHConnection(resolve_host("127.0.0.1", port=sshd.port), board="loop", retries=0) as conn:
         started = threading.Event()
