@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from sdk import benchmark, corpus
-from sdk.compare import DEFAULT_ROUNDS, compare_paired, compare_results
+from sdk.compare import compare_paired, compare_results
+from sdk.stats import PAIRED_ROUNDS
 from sdk.targets.measure import benchmark_pair
 
 
@@ -65,7 +66,7 @@ def separate(args, counts):
                 verdict = "inconclusive (" + "; ".join(r.split(":")[0] for r in cmp.inconclusive_reasons) + ")"
             elif cmp.beyond_noise is not None:
                 verdict = (f"REGRESSION beyond the noise ({cmp.beyond_noise.change_pct:+.1f} % probe-scaled > "
-                           f"{cmp.beyond_noise_allowance_pct:.1f} %; despite "
+                           f"{cmp.threshold_pct:.1f} %; despite "
                            + "; ".join(r.split(":")[0] for r in cmp.inconclusive_reasons) + ")")
             else:
                 verdict = "REGRESSION" if cmp.regression else "no regression"
@@ -105,7 +106,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--min-seconds", type=float, default=0.5)
     ap.add_argument("--layers", type=int, default=20, help="convs of the interleaved model A (B has one more)")
-    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    ap.add_argument("--rounds", type=int, default=PAIRED_ROUNDS)
     ap.add_argument("--round-seconds", type=float, default=0.1)
     ap.add_argument("--only", choices=("separate", "interleaved"), default=None)
     args = ap.parse_args()

@@ -255,19 +255,13 @@ class Board:
         if target:
             return target
         from ..formats import default_target, detect_format
-        from ..targets import target_class
+        from ..targets.registry import first_target_for
 
         try:    # the suffix says it (an in-memory model's temporary file is gone once pushed)
             fmt = detect_format(Path(pushed.local_path))
         except OSError:
             fmt = "onnx"
-        for name in self.profile.runtime.targets:
-            try:
-                if fmt in getattr(target_class(name), "model_formats", ("onnx",)):
-                    return name
-            except EdgeSDKError:   # a profile target not installed here: the board may still have it
-                continue
-        return default_target(fmt)
+        return first_target_for(self.profile.runtime.targets, fmt) or default_target(fmt)
 
     @property
     def max_answer_bytes(self) -> int:

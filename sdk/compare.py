@@ -54,17 +54,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InputError, ResultFormatError
 from .result import BenchResult, Interval
-from .stats import PAIRED_ROUNDS
 
 __all__ = ["StatChange", "Comparison", "ProbeChange", "probe_change", "PairedComparison", "compare_paired",
            "compare_results", "load_results", "load_result", "find_baseline", "DEFAULT_THRESHOLD_PCT",
-           "PAIRED_THRESHOLD_PCT", "PROBE_NOISE_FLOOR_PCT", "COMPARED_STATS", "DEFAULT_ROUNDS"]
+           "PAIRED_THRESHOLD_PCT", "PROBE_NOISE_FLOOR_PCT", "COMPARED_STATS"]
 
 DEFAULT_THRESHOLD_PCT = 5.0
 #: Interleaved rounds cancel the machine's drift, so a smaller paired change is signed.
 PAIRED_THRESHOLD_PCT = 2.0
-#: Interleaved rounds per model by default (:data:`sdk.stats.PAIRED_ROUNDS`).
-DEFAULT_ROUNDS = PAIRED_ROUNDS
 #: The probe's repeat-to-repeat noise on a quiet machine: below this a probe change is not a move.
 PROBE_NOISE_FLOOR_PCT = 3.0
 #: CPU clocks (cpufreq) further apart than this make two runs not comparable.
@@ -166,10 +163,9 @@ class Comparison:
     warnings: List[str] = field(default_factory=list)
     probe: Optional[ProbeChange] = None
     normalized: bool = False
-    #: The decisive statistic's change judged with the noise's allowances (module docstring), when
+    #: The decisive statistic's change judged with the noise's allowance (module docstring), when
     #: the runs' noise would make the comparison inconclusive and the slowdown is larger than it.
     beyond_noise: Optional[StatChange] = None
-    beyond_noise_allowance_pct: Optional[float] = None
 
     @property
     def not_comparable(self) -> Optional[str]:
@@ -242,8 +238,7 @@ class Comparison:
                 "warnings": list(self.warnings), "a": _identity(self.a), "b": _identity(self.b),
                 "probe": self.probe.to_dict() if self.probe is not None else None, "normalized": self.normalized,
                 "not_comparable": self.not_comparable,
-                "beyond_noise": self.beyond_noise.to_dict() if self.beyond_noise is not None else None,
-                "beyond_noise_allowance_pct": self.beyond_noise_allowance_pct}
+                "beyond_noise": self.beyond_noise.to_dict() if self.beyond_noise is not None else None}
 
 
 def _identity(r: BenchResult) -> Dict[str, Any]:
@@ -293,25 +288,24 @@ def compare_results(a: BenchResult, b: BenchResult, threshold_pct: float = DEFAU
                         f"{probe.b_ms:.3f} ms vs A's {probe.a_ms:.3f} ms)")
     cmp = Comparison(a, b, float(threshold_pct), tuple(decide_on), changes, tput, warnings, probe, scale != 1.0)
     if cmp.inconclusive_reasons:
-        cmp.beyond_noise, cmp.beyond_noise_allowance_pct = _beyond_noise(cmp)
+        cmp.beyond_noise = _beyond_noise(cmp)
     return cmp
 
 
-def _beyond_noise(cmp: Comparison) -> Tuple[Optional[StatChange], Optional[float]]:
-    """The first decisive statistic that is slower in B by more than the noise allows (module
-    docstring), with the threshold it had to pass; ``(None, None)`` when none is, or when the noise
-    cannot be bounded (B contended, a run unsettled, runs not comparable)."""
+def _beyond_noise(cmp: Comparison) -> Optional[StatChange]:
+    """The first decisive statistic that is slower in B, past the threshold, by more than the noise
+    allows (module docstring); None when none is, or when the noise cannot be bounded (B
+    contended, a run unsettled, runs not comparable)."""
     if cmp.not_comparable or "B" in cmp.contended or cmp.unsettled:
-        return None, None
+        return None
     p = cmp.probe
     # the most the machine can have slowed during B by the probes: their change, plus their own noise
     scale = 1.0 / (1.0 + (max(0.0, p.change_pct) + p.noise_pct) / 100.0) if p is not None else 1.0
-    allowance = cmp.threshold_pct
     for stat in cmp.decide_on:
-        c = _change(stat, cmp.a, cmp.b, allowance, scale)
+        c = _change(stat, cmp.a, cmp.b, cmp.threshold_pct, scale)
         if c.verdict == SLOWER:
-            return c, allowance
-    return None, None
+            return c
+    return None
 
 
 @dataclass(frozen=True)

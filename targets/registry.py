@@ -7,7 +7,7 @@ calling :func:`register_target`. Aliases (``ort``, ``trt``, ``litert``) are
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Type, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Type, Union
 
 from ..errors import TargetError, UnknownTargetError
 from ..registry import TARGET_ALIASES, Registry
@@ -15,7 +15,8 @@ from ..registry import TARGET_ALIASES, Registry
 if TYPE_CHECKING:
     from .base import Target
 
-__all__ = ["register_target", "get_target", "target_class", "target_names", "ENTRY_POINT_GROUP", "TARGETS"]
+__all__ = ["register_target", "get_target", "target_class", "target_names", "first_target_for", "ENTRY_POINT_GROUP",
+           "TARGETS"]
 
 ENTRY_POINT_GROUP = "edgesdk.targets"
 
@@ -45,6 +46,21 @@ def target_class(name: str) -> "Type[Target]":
     """The Target class registered under ``name`` (or an alias); :class:`UnknownTargetError`
     lists the known names."""
     return TARGETS.load(name)
+
+
+def first_target_for(names: Any, fmt: str) -> Optional[str]:
+    """The first of the target ``names`` (a board profile's, in its order) that opens models of
+    format ``fmt``, else None. A name not registered here is passed over (the board may still
+    have that runtime)."""
+    from ..errors import EdgeSDKError
+
+    for name in names or ():
+        try:
+            if fmt in getattr(target_class(name), "model_formats", ("onnx",)):
+                return str(name)
+        except EdgeSDKError:
+            continue
+    return None
 
 
 def get_target(name: str, **options: Any) -> "Target":

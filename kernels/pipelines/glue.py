@@ -221,12 +221,22 @@ def _crop_size(quad: np.ndarray) -> Tuple[int, int]:
     return max(1, h), max(1, w)
 
 
+def _upright(quad: np.ndarray) -> Tuple[int, int, np.ndarray]:
+    """The crop of ``quad``: its size ``h, w`` and the upright rectangle's corners (tl, tr, br, bl)."""
+    h, w = _crop_size(quad)
+    return h, w, np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+
+
+def crop_homography(quad: np.ndarray) -> Tuple[int, int, np.ndarray]:
+    """``h, w`` of the crop of ``quad`` and the 3x3 homography from a crop pixel to its source point."""
+    h, w, dst = _upright(quad)
+    return h, w, _homography(dst, np.asarray(quad, np.float32))
+
+
 def perspective_crop_reference(image: np.ndarray, quad: np.ndarray) -> np.ndarray:
     """NumPy reference of the perspective crop: the quad (tl, tr, br, bl) warped to an upright
     ``h x w`` rectangle (bilinear, edge pixels replicated); the OpenCV path must agree with it."""
-    h, w = _crop_size(quad)
-    dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
-    inv = _homography(dst, np.asarray(quad, np.float32))    # output pixel -> source point
+    h, w, inv = crop_homography(quad)    # output pixel -> source point
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
     pts = np.stack([xs.ravel(), ys.ravel(), np.ones(h * w)])
     sx, sy, sz = inv @ pts
@@ -583,13 +593,16 @@ class CropQuads(GlueStep):
         if cv2 is None:
             out = perspective_crop_reference(image, quad)
         else:
-            h, w = _crop_size(quad)
-            dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
+            h, w, dst = _upright(quad)
             m = cv2.getPerspectiveTransform(np.asarray(quad, np.float32), dst)
             out = cv2.warpPerspective(image, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        if out.shape[0] >= out.shape[1] * self.rotate_ratio:
+        if self.turns(out.shape[0], out.shape[1]):
             out = np.ascontiguousarray(np.rot90(out))
         return out
+
+    def turns(self, h: int, w: int) -> bool:
+        """A crop ``h`` x ``w`` is turned 90 degrees (vertical text)."""
+        return h >= w * self.rotate_ratio
 
     def __call__(self, frame: Frame) -> None:
         if frame.quads is None:
@@ -642,13 +655,17 @@ class ResizePad(GlueStep):
             resized = resize_bilinear(crop, self.height, tw)
         if self.swap:
             resized = resized[..., ::-1]
-        width = max(self.width, tw)
+        width, left = self.placement(tw)
         out = np.full((self.height, width, 3), self.pad_value, np.float32)
-        left = (width - tw) // 2 if self.align == "center" else 0
         out[:, left:left + tw] = (resized - self.mean) / self.std
         if self.layout == "NCHW":
             out = out.transpose(2, 0, 1)
         return np.ascontiguousarray(out[None], dtype=self.dtype)
+
+    def placement(self, resized_w: int) -> Tuple[int, int]:
+        """The array's width for a crop resized to ``resized_w`` and the column the crop starts at."""
+        width = max(self.width, resized_w)
+        return width, (width - resized_w) // 2 if self.align == "center" else 0
 
     def __call__(self, frame: Frame) -> None:
         frame.crops = [self.one(c) for c in frame.crops]
@@ -688,15 +705,12 @@ class CropResize(GlueStep):
         ints = np.zeros((n, CROP_INTS), np.int32)
         scales = np.zeros((n, 2), np.float32)
         for k, quad in enumerate(quads):
-            q = np.asarray(quad, np.float32)
-            h, w = _crop_size(q)
-            dst = np.array([[0, 0], [w, 0], [w, h], [0, h]], np.float32)
-            hinv[k] = _homography(dst, q).ravel()
-            turned = h >= w * self._crop.rotate_ratio
+            h, w, inv = crop_homography(np.asarray(quad, np.float32))
+            hinv[k] = inv.ravel()
+            turned = self._crop.turns(h, w)
             th, tw = (w, h) if turned else (h, w)
             resized = rp.target_width(th, tw)
-            out_w = max(rp.width, resized)
-            left = (out_w - resized) // 2 if rp.align == "center" else 0
+            out_w, left = rp.placement(resized)
             ints[k] = [th, tw, w, int(turned), resized, out_w, left, 0]
             scales[k] = [np.float32(th / rp.height), np.float32(tw / resized)]
         stride = int(ints[:, 5].max()) if n else rp.width

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import typer
 
 from ._common import carry_option, input_value_option, sample_axis_option
-from ..compare import DEFAULT_ROUNDS
+from ..stats import PAIRED_ROUNDS
 
 
 def register(app: typer.Typer) -> None:
@@ -78,7 +78,7 @@ def bench_cmd(
         from .compare_cmds import print_paired, run_paired
 
         cmp = run_paired(against, model, target=target, input_shape=input_shape, threads=threads, data=data,
-                         rounds=DEFAULT_ROUNDS, round_seconds=0.1, threshold=None, input_value=input_value)
+                         rounds=PAIRED_ROUNDS, round_seconds=0.1, threshold=None, input_value=input_value)
         if json_path:
             write_json(json_path, cmp.to_dict())
         if json_path != "-":

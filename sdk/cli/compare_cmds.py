@@ -6,7 +6,7 @@ from typing import Any, List, Optional
 import typer
 
 from ._common import input_value_option
-from ..compare import DEFAULT_ROUNDS
+from ..stats import PAIRED_ROUNDS
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,7 @@ def compare_cmd(
     input_value: Optional[List[str]] = input_value_option(),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="Models: runtime threads of both."),
     data: Optional[str] = typer.Option(None, "--data", help="Models: real inputs (.npy/.npz file or folder)."),
-    rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
+    rounds: int = typer.Option(PAIRED_ROUNDS, "--rounds", min=6, max=100000, help="Models: interleaved rounds."),
     round_seconds: float = typer.Option(0.1, "--round-seconds", min=0.001, max=60.0, help="Models: seconds per model per round."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the comparison JSON here ('-' for stdout)."),
 ) -> None:
@@ -141,7 +141,7 @@ def _print(cmp: Any, a: str, b: str) -> None:
         bn = cmp.beyond_noise
         c.print(f"[red]REGRESSION[/red]: B is slower on {inert(bn.stat)} by more than the noise allows: "
                 f"{bn.change_pct:+.1f} % with B's figures divided by the most its speed probes allow, "
-                f"intervals apart, beyond {cmp.beyond_noise_allowance_pct:.1f} %; despite: {inert('; '.join(cmp.inconclusive_reasons))}", markup=True, soft_wrap=True)
+                f"intervals apart, beyond {cmp.threshold_pct:.1f} %; despite: {inert('; '.join(cmp.inconclusive_reasons))}", markup=True, soft_wrap=True)
     elif cmp.inconclusive:
         c.print(f"[yellow]INCONCLUSIVE[/yellow]: {inert('; '.join(cmp.inconclusive_reasons))}: no regression can be "
                 "called; rerun on a quiet machine", markup=True, soft_wrap=True)

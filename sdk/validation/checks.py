@@ -154,7 +154,7 @@ def _regression(run, spec, limit):
     where = f"p50{scaled} {c.b_ms:.4g} ms vs baseline {c.a_ms:.4g} ms: {c.change_pct:+.1f} %{ci}"
     if cmp.beyond_noise is not None:
         return FAIL, round(c.change_pct, 3), (f"{where}: slower by more than the noise allows ({cmp.beyond_noise.change_pct:+.1f} % "
-                                              f"probe-scaled, beyond {cmp.beyond_noise_allowance_pct:.1f} %; intervals do not overlap), despite: {'; '.join(cmp.reasons_naming(_RUN_NAMES))}")
+                                              f"probe-scaled, beyond {cmp.threshold_pct:.1f} %; intervals do not overlap), despite: {'; '.join(cmp.reasons_naming(_RUN_NAMES))}")
     if cmp.inconclusive:
         return SKIP, round(c.change_pct, 3), f"{where}: inconclusive, {'; '.join(cmp.reasons_naming(_RUN_NAMES))}"
     if c.verdict == SLOWER:

@@ -203,20 +203,6 @@ def _join(parts: list, batched: bool) -> np.ndarray:
     return np.stack(parts)
 
 
-def _picked_target(model: Any, profile: Any) -> Optional[str]:
-    """The first target of a board profile's runtime that opens ``model``'s format, else None."""
-    from ..errors import EdgeSDKError
-    from ..targets import target_class
-
-    for name in getattr(getattr(profile, "runtime", None), "targets", ()) or ():
-        try:
-            if model.format in getattr(target_class(name), "model_formats", ("onnx",)):
-                return str(name)
-        except EdgeSDKError:
-            continue
-    return None
-
-
 def check_run_precision(model: Any, precision: Optional[str], target: Optional[str], boards: Sequence[Any]) -> None:
     """:class:`~sdk.errors.InputError` when ``precision`` is one the target cannot honour: ``target``,
     else each board's pick for the model's format (a board profile, or a runner with a ``profile``
@@ -226,12 +212,14 @@ def check_run_precision(model: Any, precision: Optional[str], target: Optional[s
         return
     from ..formats import default_target
     from ..targets import target_class
+    from ..targets.registry import first_target_for
 
     names = {target} if target else set()
     if not target:
         for b in boards:
-            profile = getattr(b, "profile", b)
-            names.add(_picked_target(model, profile) or getattr(b, "target", None) or default_target(model))
+            profile_targets = getattr(getattr(getattr(b, "profile", b), "runtime", None), "targets", ())
+            names.add(first_target_for(profile_targets, model.format) or getattr(b, "target", None)
+                      or default_target(model))
     for name in sorted(n for n in names if n):
         target_class(name).check_precision(precision, model)
 
