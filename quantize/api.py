@@ -755,7 +755,7 @@ class _Run:
         return r
 
     def finish_latency(self) -> None:
-        from .speed import GRAPH_OPTIMIZATION, PROVIDER, SLOWER_TOLERANCE, bench_command, latency_rounds, speedup_interval
+        from .speed import GRAPH_OPTIMIZATION, PROVIDER, SLOWER_TOLERANCE, bench_command, latency_rounds, paired_speedup, speedup_interval
 
         if not self.qplan.layers:
             self.failures.append("nothing is quantized: every layer is kept in float"
@@ -768,6 +768,7 @@ class _Run:
         rounds = latency_rounds([self.prepared.proto, self.qproto], self._first_feed(), rounds=9, round_s=0.1,
                                 threads=threads)
         fp32_ms, int8_ms = float(np.median(rounds[0])), float(np.median(rounds[1]))
+        speedup = paired_speedup(rounds)     # the verdict's figure: each round's ratio, then the median
         search = getattr(self, "speed_search", None)
         shapes = {k: list(v.shape) for k, v in self._first_feed().items()}
         self.latency = {"runtime": "onnxruntime CPU (this host)", "provider": PROVIDER,
@@ -775,11 +776,11 @@ class _Run:
                         "threads": threads if threads else f"onnxruntime default ({os.cpu_count()} logical cores)",
                         "input_shapes": shapes, "rounds": len(rounds[0]),
                         "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
-                        "speedup": round(fp32_ms / int8_ms, 3) if int8_ms > 0 else None,
+                        "speedup": round(speedup, 3) if speedup else None,
                         "speedup_ci95": speedup_interval(rounds),
                         "bench_command": bench_command("MODEL.onnx", threads, shapes),
                         "search": search}
-        if self.qplan.layers and int8_ms > fp32_ms * (1.0 + SLOWER_TOLERANCE) and not self.cfg.allow_slower:
+        if self.qplan.layers and speedup and speedup * (1.0 + SLOWER_TOLERANCE) < 1.0 and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
                                  "; pass --allow-slower to accept it")
 

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["latencies_ms", "latency_rounds", "session", "speedup_interval", "bench_command", "SLOWER_TOLERANCE"]
+__all__ = ["latencies_ms", "latency_rounds", "session", "paired_speedup", "speedup_interval", "bench_command", "SLOWER_TOLERANCE"]
 
 #: INT8 counts as slower than FP32 only beyond this fraction (the noise of interleaved medians here)
 SLOWER_TOLERANCE = 0.03
@@ -37,6 +37,13 @@ def bench_command(model: str, threads: Optional[int], shapes: Mapping[str, Seque
     parts = ["sdk bench", model, "--target onnxruntime"] + ([f"--threads {threads}"] if threads else [])
     parts += [f"--input-shape {k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()]
     return " ".join(parts)
+
+
+def paired_speedup(rounds_ms: Sequence[Sequence[float]]) -> Optional[float]:
+    """Median of the per-round ratios FP32 / INT8: the figure :func:`speedup_interval` bounds (a
+    ratio of the two medians can fall outside that interval when the host's speed drifts)."""
+    ratios = [a / b for a, b in zip(rounds_ms[0], rounds_ms[1]) if b > 0]
+    return float(np.median(ratios)) if ratios else None
 
 
 def speedup_interval(rounds_ms: Sequence[Sequence[float]]) -> Optional[List[float]]:

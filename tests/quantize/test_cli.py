@@ -84,7 +84,8 @@ def test_default_run_states_latency(residual_model, residual_calib, tmp_path):
     rep = json.loads((tmp_path / "r.json").read_text())
     lat = rep["latency"]
     assert "latency on this host" in p.stdout and lat["fp32_ms"] > 0 and lat["int8_ms"] > 0
-    assert lat["speedup"] == pytest.approx(lat["fp32_ms"] / lat["int8_ms"], abs=0.01)
+    lo, hi = lat["speedup_ci95"]     # the median per-round ratio, inside its own interval
+    assert lo <= lat["speedup"] <= hi
     # which way this machine's timings fall is not asserted (the rule is tested on constructed
     # timings below); the exit status and the message must agree with each other
     assert p.returncode in (0, 1) and (p.returncode == 1) == ("slower than FP32" in p.stderr), p.stderr
@@ -99,7 +100,7 @@ def test_default_run_states_latency(residual_model, residual_calib, tmp_path):
 def test_slower_int8_exits_1_on_constructed_timings(residual_model, residual_calib, tmp_path, monkeypatch, capsys,
                                                     fp32_ms, int8_ms, code):
     """The host latency measurement replaced by constructed timings (FP32 first, then every INT8
-    variant the speed plan times): the verdict follows the hand-computed rule int8 > 1.03 x fp32."""
+    variant the speed plan times): the verdict follows the hand-computed rule int8 > 1.03 x fp32 (each round's ratio, then the median)."""
     import sdk.quantize.speed as speed
     from tests.clirun import run_cli
 
