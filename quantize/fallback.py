@@ -17,9 +17,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .calibrate import _FOLDED
 from .graph import GraphIndex
 
-__all__ = ["rank_layers", "search_fallback"]
+__all__ = ["int8_only", "rank_layers", "search_fallback"]
 
 
 #: the topological groups whose output error calibrates the layers' gains (one evaluation each)
@@ -91,11 +92,12 @@ def _group_gains(ordered: Sequence[str], added: Mapping[str, float], feeds: Sequ
 
 
 def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
-                  expose: Sequence[str] = ()) -> Tuple[Any, Dict[str, Tuple[str, str]]]:
+                  expose: Sequence[str] = (), fused: bool = False) -> Tuple[Any, Dict[str, Tuple[str, str]]]:
     """``ref_proto`` plus, for each of ``layers``, a copy of its node in ``q_proto`` whose activation
     inputs are ``q_proto``'s Q/DQ applied to FP32's tensors (weights as ``q_proto`` holds them), with
     both outputs (and ``expose``) as graph outputs. Returns the model and ``{layer: (FP32 output,
-    int8 copy's output)}``."""
+    int8 copy's output)}``. ``fused``: a layer read only by a Relu/Clip whose output ``q_proto``
+    quantizes (the activation folded into the layer) is paired at that activation's output."""
     import onnx
 
     side = onnx.ModelProto()
@@ -147,6 +149,10 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
 
     quantizer_of = {n.input[0]: n for n in q_proto.graph.node if n.op_type == "QuantizeLinear" and n.input}
     dequantizer_of = {n.input[0]: n for n in q_proto.graph.node if n.op_type == "DequantizeLinear" and n.input}
+    readers: Dict[str, List[Any]] = {}
+    for n in q_proto.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
     pairs: Dict[str, Tuple[str, str]] = {}
     for layer in layers:
         node = q_nodes.get(layer)
@@ -156,16 +162,42 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
         out = clone(node, inputs, "__int8")
         q = quantizer_of.get(node.output[0])
         dq = dequantizer_of.get(q.output[0]) if q is not None else None
+        fp32_out = node.output[0]
+        act = readers.get(fp32_out, [])
+        if fused and q is None and len(act) == 1 and act[0].op_type in _FOLDED and act[0].output:
+            out = clone(act[0], [out] + list(act[0].input[1:]), "__int8")
+            fp32_out = act[0].output[0]
+            q = quantizer_of.get(fp32_out)
+            dq = dequantizer_of.get(q.output[0]) if q is not None else None
         if q is not None and dq is not None:  # its output's own Q/DQ: what float consumers read (the stem
             # conv of layout-cdla: 7e-6 before it, mAP 0.88 with that conv alone in int8)
             out = clone(dq, [clone(q, [out] + list(q.input[1:]), "__int8")] + list(dq.input[1:]), "__int8")
-        pairs[layer] = (node.output[0], out)
+        pairs[layer] = (fp32_out, out)
     have = {o.name for o in g.output}
     for name in [n for pair in pairs.values() for n in pair] + list(expose):
         if name not in have:
             g.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
             have.add(name)
     return side, pairs
+
+
+def int8_only(ref_proto: Any, q_proto: Any, layers: Sequence[str]) -> Any:
+    """``ref_proto`` with only ``layers`` in the int8 form ``q_proto`` gives them (their Q/DQ and
+    quantized weights), every other layer in float: for a Q/DQ model at hand without the builder
+    that made it (``sdk debug diff``'s candidate), what ``rank_layers``' ``only_int8`` builds."""
+    import onnx
+
+    side, pairs = _side_by_side(ref_proto, q_proto, layers, fused=True)
+    del side.graph.output[:]
+    side.graph.output.extend(ref_proto.graph.output)
+    producer = {o: n for n in side.graph.node for o in n.output if o}
+    for fp32_name, int8_name in pairs.values():   # each layer's int8 copy takes over its FP32 output's name
+        fp32_node, int8_node = producer[fp32_name], producer[int8_name]
+        fp32_node.output[list(fp32_node.output).index(fp32_name)] = fp32_name + "__fp32"
+        int8_node.output[list(int8_node.output).index(int8_name)] = fp32_name
+    out = onnx.ModelProto()
+    out.CopyFrom(side)
+    return out
 
 
 def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequence[str],

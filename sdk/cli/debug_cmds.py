@@ -124,19 +124,20 @@ def diff_cmd(
     c = console()
     first = report.first_divergence
     t = Table(title=f"{report.candidate} vs {report.model}")
-    for col in ("depth", "node", "op", "cosine", "SNR dB", "drop dB", "max abs", "added err"):
+    for col in ("depth", "node", "op", "cosine", "SNR dB", "drop dB", "max abs", "added err", "gain"):
         t.add_column(col, justify="right" if col not in ("node", "op") else "left")
     shown = [x for x in report.layers if x.diverges or x.tensor in report.outputs]
     shown += [x for x in report.ranked()[:10] if x not in shown]
     for x in sorted(shown, key=lambda r: r.depth):
         t.add_row(str(x.depth), x.node, x.op, f"{x.cosine:.5f}", f"{x.snr_db:.2f}", f"{x.snr_drop_db:.1f}",
-                  f"{x.max_abs_error:.4g}", "" if x.added_error is None else f"{x.added_error:.3g}")
+                  f"{x.max_abs_error:.4g}", "" if x.added_error is None else f"{x.added_error:.3g}",
+                  "" if x.gain is None else f"{x.gain:.3g}")
     c.print(t)
     for note in report.notes:
         c.print(f"note: {note}", markup=False)
     c.print(report.summary(), markup=False)
     if report.ranked():
-        c.print("largest own error (keep in float first): " + ", ".join(x.candidate_node or x.node for x in report.ranked()[:5]), markup=False)
+        c.print("largest share of the output error (own error x gain, keep in float first): " + ", ".join(x.candidate_node or x.node for x in report.ranked()[:5]), markup=False)
     if first is not None:
         layer = first.candidate_node or first.node
         keep = f"keep {layer} in float: sdk quantize ... --exclude {layer}"

@@ -68,7 +68,9 @@ class LayerDiff:
     """One compared tensor: the FP32 model's ``tensor`` (made by ``node``, ``op``, at ``depth`` =
     the node's position in graph order), the candidate's tensor it was compared with, and the errors
     over all samples. ``added_error``: what the layer alone in the candidate's form adds on FP32's
-    inputs (None where not measured)."""
+    inputs (None where not measured); ``gain``: how much of it reaches the outputs (its topological
+    group alone in the candidate's form, as the quantizer measures it); ``share`` = their product, the
+    quantizer's ranking score."""
 
     tensor: str
     node: str
@@ -80,15 +82,22 @@ class LayerDiff:
     max_abs_error: float
     shape: List[int]
     added_error: Optional[float] = None
+    gain: Optional[float] = None
     diverges: bool = False
     snr_drop_db: float = 0.0
     candidate_node: Optional[str] = None   # the candidate's node making it (BatchNormalization folded into a Conv...)
+
+    @property
+    def share(self) -> Optional[float]:
+        """``added_error x gain``: the layer's estimated share of the output error."""
+        return None if self.added_error is None else self.added_error * (1.0 if self.gain is None else self.gain)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"tensor": self.tensor, "node": self.node, "op": self.op, "depth": self.depth,
                 "candidate_tensor": self.candidate_tensor, "cosine": _num(self.cosine), "snr_db": _num(self.snr_db),
                 "max_abs_error": _num(self.max_abs_error), "shape": list(self.shape),
                 "added_error": None if self.added_error is None else _num(self.added_error),
+                "gain": None if self.gain is None else _num(self.gain),
                 "snr_drop_db": _num(self.snr_drop_db), "diverges": self.diverges,
                 "candidate_node": self.candidate_node}
 
@@ -120,9 +129,10 @@ class DiffReport:
         return next((x for x in self.layers if x.diverges), None)
 
     def ranked(self) -> List[LayerDiff]:
-        """Layers with a measured ``added_error``, largest first (the layers to keep in float first)."""
+        """Layers with a measured ``added_error``, largest ``share`` of the output error first (the
+        quantizer's order: the layers to keep in float first)."""
         rows = [x for x in self.layers if x.added_error is not None]
-        return sorted(rows, key=lambda x: -(x.added_error or 0.0))
+        return sorted(rows, key=lambda x: -(x.share or 0.0))
 
     def summary(self) -> str:
         first = self.first_divergence
@@ -607,7 +617,7 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
         acc = found
         row = LayerDiff(t, node.name or t, node.op_type, depth, mapping[t], acc.cosine(), acc.snr_db(), acc.maxabs,
                         acc.shape, candidate_node=made_by.get(mapping[t]))
-        row.added_error = added.get(row.candidate_node or row.node, added.get(row.node))
+        row.added_error, row.gain = added.get(row.candidate_node or row.node, added.get(row.node, (None, None)))
         # what this layer itself did: its output's SNR below its inputs'
         row.snr_drop_db = upstream(node) - min(row.snr_db, SNR_CAP)
         snr_of[t] = min(row.snr_db, SNR_CAP)
@@ -621,12 +631,15 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
                       cfg.min_drop_db, layers, [o.name for o in ref.graph.output], notes, time.perf_counter() - start)
 
 
-def _added_errors(ref: Any, qdq: Optional[Any], feeds: Sequence[Feed], cfg: DiffConfig) -> Dict[str, float]:
-    """Each quantized layer's own error on FP32's inputs (the quantizer's measure), {node: error}."""
+def _added_errors(ref: Any, qdq: Optional[Any], feeds: Sequence[Feed], cfg: DiffConfig
+                  ) -> Dict[str, Tuple[float, Optional[float]]]:
+    """Each quantized layer's share of the output error as the quantizer ranks it (own error on
+    FP32's inputs and its group's gain; :func:`sdk.quantize.fallback.rank_layers`), {node: (own
+    error, gain)}; the gain is 1.0 where the layers are too few to cut into groups."""
     if qdq is None or cfg.added_error_samples <= 0:
         return {}
     from ..quantize.accuracy import ort_session
-    from ..quantize.fallback import rank_layers
+    from ..quantize.fallback import int8_only, rank_layers
 
     work = _working_reference(ref, qdq)
     dq_out = {o for n in qdq.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
@@ -639,8 +652,8 @@ def _added_errors(ref: Any, qdq: Optional[Any], feeds: Sequence[Feed], cfg: Diff
     if not layers:
         return {}
     rows = rank_layers(work, qdq, layers, list(feeds[:cfg.added_error_samples]),
-                       lambda p: ort_session(p, cfg.threads))
-    return {r["layer"]: float(r["added_error"]) for r in rows}
+                       lambda p: ort_session(p, cfg.threads), lambda keep: int8_only(work, qdq, keep))
+    return {r["layer"]: (float(r["added_error"]), float(r["gain"])) for r in rows}
 
 
 _WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")

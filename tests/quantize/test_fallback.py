@@ -97,3 +97,35 @@ def test_channel_mean_counts_a_crushed_small_channel():
     assert _channel_mean(noise, power) == pytest.approx(0.5, rel=1e-3)
     assert float(noise.sum() / power.sum()) < 0.01  # the overall relative error hides it
     assert _channel_mean(np.array([0.0]), np.array([0.0])) == 0.0
+
+
+def test_int8_only_from_the_qdq_model_stands_for_the_builders(own_noise):
+    """``int8_only`` (no builder: ``sdk debug diff``'s candidate): all layers is the full INT8 model and
+    none is FP32, exactly; one layer alone is the builder's build with the others excluded within 2x
+    of its output error (root of the summed squares) (the builder quantizes a tensor for all its readers, ``int8_only`` per layer);
+    the gains it gives rank the layers as the builder's do."""
+    from sdk.quantize.fallback import int8_only
+
+    full, feeds = own_noise.full.model.proto, own_noise.feeds[:2]
+
+    def outputs(proto):
+        s = ort_session(proto)
+        return [np.concatenate([np.asarray(o, np.float64).ravel() for o in s.run(None, f)]) for f in feeds]
+
+    def error(proto, ref):
+        return sum(float(np.sum((a - b) ** 2)) for a, b in zip(outputs(proto), ref)) ** 0.5   # RMS-like
+
+    ref = outputs(own_noise.ref)
+    assert error(int8_only(own_noise.ref, full, own_noise.layers), outputs(full)) == 0.0
+    assert error(int8_only(own_noise.ref, full, []), ref) == 0.0
+    for layer in own_noise.layers:
+        built = own_noise.only_int8([layer])
+        if built is own_noise.ref:      # the builder does not quantize it alone (an Add between float convs)
+            continue
+        ours, theirs = error(int8_only(own_noise.ref, full, [layer]), ref), error(built, ref)
+        assert theirs / 2 <= ours <= theirs * 2, (layer, ours, theirs)
+    builder = [r["layer"] for r in rank_layers(own_noise.ref, full, own_noise.layers, own_noise.feeds, ort_session,
+                                              own_noise.only_int8)]
+    ours = [r["layer"] for r in rank_layers(own_noise.ref, full, own_noise.layers, own_noise.feeds, ort_session,
+                                           lambda keep: int8_only(own_noise.ref, full, keep))]
+    assert ours[:3] == builder[:3], (ours, builder)
