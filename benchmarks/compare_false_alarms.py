@@ -72,8 +72,19 @@ def separate(args, counts):
                 verdict = "REGRESSION" if cmp.regression else "no regression"
             print(f"separate {i:2d} {kind:6s} threads {ta}->{tb}: p50 {p50.a_ms:.3f} -> {p50.b_ms:.3f} ms "
                   f"({p50.change_pct:+.1f} %), probe {probe.change_pct if probe else float('nan'):+.1f} % "
-                  f"(noise {probe.noise_pct if probe else float('nan'):.1f} %): {verdict}", flush=True)
+                  f"(noise {probe.noise_pct if probe else float('nan'):.1f} %), {_noise('A', a)}, {_noise('B', b)}: "
+                  f"{verdict}", flush=True)
             _count(counts["separate"][kind], cmp.inconclusive, cmp.regression)
+
+
+def _noise(label, r):
+    """A run's drift and p50 interval width (the unsettled test's figures) and CPU wait."""
+    n = r.stats.noise
+    if n is None:
+        return f"{label} no noise figures"
+    fig = lambda v: "-" if v is None else f"{v:.1f}"   # noqa: E731
+    return (f"{label} drift {fig(n.drift_pct)} % / p50 width {fig(n.p50_ci_width_pct)} % / wait "
+            f"{fig(n.cpu_wait_pct)} %")
 
 
 def interleaved(args, counts):

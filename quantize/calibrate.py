@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..errors import InferenceError, QuantizationError, first_line
 from .graph import GraphIndex
@@ -55,18 +55,20 @@ def calibration_tensors(proto: Any, all_tensors: bool = False,
     return {"tensors": names, "channels": chans, "extremes": extremes}
 
 
-def augment(proto: Any, names: Sequence[str], idx: Optional[GraphIndex] = None) -> Any:
-    """A copy of ``proto`` with ``names`` added as graph outputs (float, shape left open)."""
+def augment(proto: Any, names: Sequence[str], idx: Optional[GraphIndex] = None,
+            elem_types: Optional[Mapping[str, int]] = None) -> Any:
+    """A copy of ``proto`` with ``names`` added as graph outputs (their element types from
+    ``elem_types``, else from ``idx`` or shape inference, float where unknown; shape left open)."""
     import onnx
     from onnx import TensorProto, helper
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    idx = idx if idx is not None else GraphIndex(proto)
+    types = elem_types if elem_types is not None else (idx if idx is not None else GraphIndex(proto)).elem_type
     have = {o.name for o in out.graph.output}
     for n in names:
         if n not in have:
-            out.graph.output.append(helper.make_tensor_value_info(n, idx.elem_type.get(n, TensorProto.FLOAT), None))
+            out.graph.output.append(helper.make_tensor_value_info(n, types.get(n, TensorProto.FLOAT), None))
     return out
 
 

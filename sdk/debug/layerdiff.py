@@ -167,6 +167,20 @@ class DiffReport:
 
 # -- running accumulators ---------------------------------------------------------------------------
 
+#: elements per float32 partial sum in :func:`_dot` (their sum in float64): relative error about
+#: sqrt(_BLOCK) x 6e-8 on sums of squares, against float64 throughout 3.7x the time on 1 M elements
+_BLOCK = 1024
+
+
+def _dot(x: np.ndarray, y: np.ndarray) -> float:
+    """``sum(x * y)`` of two flat float32 arrays: float32 sums of ``_BLOCK`` products (einsum, not
+    BLAS: no thread pool on a busy host), added up in float64."""
+    m = x.size - x.size % _BLOCK
+    head = (float(np.einsum("ij,ij->i", x[:m].reshape(-1, _BLOCK), y[:m].reshape(-1, _BLOCK)).sum(dtype=np.float64))
+            if m else 0.0)
+    return head + float(np.dot(x[m:].astype(np.float64), y[m:].astype(np.float64)))
+
+
 class _Acc:
     __slots__ = ("dot", "aa", "bb", "noise", "maxabs", "shape")
 
@@ -176,14 +190,13 @@ class _Acc:
         self.shape: List[int] = []
 
     def update(self, a: np.ndarray, b: np.ndarray) -> None:
-        a64 = np.asarray(a, np.float64).ravel()
-        b64 = np.asarray(b, np.float64).ravel()
-        d = a64 - b64
-        # einsum, not BLAS: one pass per product without the BLAS threads (3x faster on a busy host)
-        self.dot += float(np.einsum("i,i->", a64, b64))
-        self.aa += float(np.einsum("i,i->", a64, a64))
-        self.bb += float(np.einsum("i,i->", b64, b64))
-        self.noise += float(np.einsum("i,i->", d, d))
+        a32 = np.ascontiguousarray(a, np.float32).ravel()
+        b32 = np.ascontiguousarray(b, np.float32).ravel()
+        d = a32 - b32       # exact to half an ulp of the difference
+        self.dot += _dot(a32, b32)
+        self.aa += _dot(a32, a32)
+        self.bb += _dot(b32, b32)
+        self.noise += _dot(d, d)
         if d.size:
             self.maxabs = max(self.maxabs, float(np.max(np.abs(d))))
 
@@ -517,9 +530,9 @@ CANDIDATES: "Registry[type]" = Registry("diff candidate", {"onnx": OnnxCandidate
 _SUFFIX = {".onnx": "onnx", ".tflite": "tflite", ".engine": "tensorrt", ".plan": "tensorrt", ".trt": "tensorrt"}
 
 
-def _graph_order(proto: Any) -> List[Tuple[str, Any, int]]:
+def _graph_order(proto: Any) -> Tuple[List[Tuple[str, Any, int]], Dict[str, int]]:
     """``(tensor, producing node, depth)`` for every float node output of ``proto``, graph order
-    (Constant nodes left out)."""
+    (Constant nodes left out), and the element types shape inference gave."""
     import onnx
 
     try:
@@ -536,7 +549,7 @@ def _graph_order(proto: Any) -> List[Tuple[str, Any, int]]:
             if o and types.get(o, onnx.TensorProto.FLOAT) in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
                 out.append((o, node, depth))
         depth += 1
-    return out
+    return out, types
 
 
 def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[DiffConfig] = None,
@@ -571,10 +584,10 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
     ref = onnx.load(str(model_path))
     inner: Candidate = CANDIDATES.load(kind)(cand_path, ref, cfg)
     cand: Candidate = BoardCandidate(inner, cfg) if cfg.board else inner
-    order = _graph_order(ref)
+    order, types = _graph_order(ref)
     wanted = [t for t, _, _ in order]
     mapping = cand.tensors(wanted)
-    ref_session = ort_session(augment(ref, wanted), cfg.threads)
+    ref_session = ort_session(augment(ref, wanted, elem_types=types), cfg.threads)
     ref_names = [o.name for o in ref_session.get_outputs()]
     accs: Dict[str, _Acc] = {t: _Acc() for t in mapping}
     if isinstance(cand, BoardCandidate):
