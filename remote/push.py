@@ -98,10 +98,12 @@ def _probe_script(final: str, folder: str, root: Optional[str] = None) -> str:
         f'for p in {f}.*.part {f}.part; do {_OWN_FILE_SH} && printf "part=%s\\t%s\\t%s\\n" "$(wc -c < "$p" | tr -d " ")" '
         '"$(stat -c %Y "$p" 2>/dev/null || date -r "$p" +%s)" "$p"; done',
         # the kind folder: each level below the workdir a real folder (checked before it is used or
-        # created: mkdir never runs through a link), and inside the workdir once links are resolved
+        # created: mkdir never runs through a link), and inside the workdir once links are resolved;
+        # a mkdir that fails because a concurrent push made the folder first is fine (if a real folder)
         f'_ok=1; if mkdir -p {w}; then for c in {_levels(folder, root)}; do '
         'if [ -L "$c" ] || { [ -e "$c" ] && [ ! -d "$c" ]; }; then _ok=link; break; fi; '
-        '[ -d "$c" ] || mkdir "$c" 2>/dev/null || { _ok=; break; }; done; else _ok=; fi',
+        '{ [ -d "$c" ] || mkdir "$c" 2>/dev/null || { [ -d "$c" ] && [ ! -L "$c" ]; }; } || '
+        '{ [ -L "$c" ] && _ok=link || _ok=; break; }; done; else _ok=; fi',
         f'if [ "$_ok" = link ]; then printf "folder_bad=%s\\n" "is a link or not a folder"; '
         f'elif [ -n "$_ok" ]; then case "$(cd {d} && pwd -P)/" in "$(cd {w} && pwd -P)"/*) ;; '
         f'*) printf "folder_bad=%s\\n" "resolves outside the workdir";; esac; fi',

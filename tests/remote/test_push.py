@@ -203,3 +203,31 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(client_home, sshd, tmp_pa
             tr.put(model_file, str(tiny_disk / "wd" / "x.part"))
         assert tr.run("echo alive").ok                       # the connection survives a refused write
     assert not list((tiny_disk / "wd" / "models").iterdir())
+
+
+def _racing_mkdir(bin_dir, planted):
+    """A ``mkdir`` on PATH that loses every race: another push makes the folder (or, ``planted``,
+    a link to elsewhere) just before it, then it fails as the real one does (EEXIST)."""
+    bin_dir.mkdir()
+    make = 'ln -s /tmp "$last"' if planted else '/bin/mkdir "$last"'
+    (bin_dir / "mkdir").write_text('#!/bin/sh\nfor last; do :; done\ncase "$1" in -p) exec /bin/mkdir "$@";; esac\n'
+                                   f'{make}\necho "mkdir: cannot create directory: File exists" >&2\nexit 1\n')
+    (bin_dir / "mkdir").chmod(0o755)
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_a_folder_made_by_a_concurrent_push_is_used_not_an_error(tmp_path, monkeypatch, model_file, planted):
+    """Eight pushers at once onto a fresh workdir (tests/remote/test_hardening.py) raced on creating
+    ``models/``: the loser's mkdir failed and its push said "cannot create". Losing that race to a
+    real folder is fine; losing it to a link is the planted-link refusal."""
+    _racing_mkdir(tmp_path / "bin", planted)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    wd = tmp_path / "board"
+    with LocalTransport() as tr:
+        if planted:
+            with pytest.raises(TransferError, match="refusing to write into .* is a link"):
+                push_file(tr, model_file, str(wd))
+            assert (wd / "models").is_symlink() and not list(tmp_path.glob("board/models/*.part"))
+        else:
+            got = push_file(tr, model_file, str(wd))
+            assert open(got.remote_path, "rb").read() == model_file.read_bytes()
