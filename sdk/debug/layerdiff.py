@@ -535,8 +535,10 @@ def _graph_order(proto: Any) -> Tuple[List[Tuple[str, Any, int]], Dict[str, int]
     (Constant nodes left out), and the element types shape inference gave."""
     import onnx
 
+    from ..quantize.graph import infer_shapes_light
+
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
+        inferred = infer_shapes_light(proto)
     except Exception:
         inferred = proto
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
