@@ -192,6 +192,8 @@ def int8_only(ref_proto: Any, q_proto: Any, layers: Sequence[str]) -> Any:
     side.graph.output.extend(ref_proto.graph.output)
     producer = {o: n for n in side.graph.node for o in n.output if o}
     for fp32_name, int8_name in pairs.values():   # each layer's int8 copy takes over its FP32 output's name
+        if fp32_name not in producer:              # a tensor FP32's graph does not make: that layer stays float
+            continue
         fp32_node, int8_node = producer[fp32_name], producer[int8_name]
         fp32_node.output[list(fp32_node.output).index(fp32_name)] = fp32_name + "__fp32"
         int8_node.output[list(int8_node.output).index(int8_name)] = fp32_name

@@ -178,6 +178,8 @@ def _dot(x: np.ndarray, y: np.ndarray) -> float:
     m = x.size - x.size % _BLOCK
     head = (float(np.einsum("ij,ij->i", x[:m].reshape(-1, _BLOCK), y[:m].reshape(-1, _BLOCK)).sum(dtype=np.float64))
             if m else 0.0)
+    if not math.isfinite(head):       # float32 products past 3.4e38 (values above 1.8e19): all in float64
+        head = float(np.dot(x[:m].astype(np.float64), y[:m].astype(np.float64)))
     return head + float(np.dot(x[m:].astype(np.float64), y[m:].astype(np.float64)))
 
 

@@ -93,3 +93,25 @@ def test_local_board_equals_host(fetched, tmp_path):
         assert (math.isinf(a.snr_db) and math.isinf(b.snr_db)) or b.snr_db == pytest.approx(a.snr_db, abs=1e-4)
     capped = diff(fetched[name], q, feeds, added_error_samples=0, board="local", max_transfer_mb=8)
     assert 0 < len(capped.layers) < len(host.layers) and any("capped" in n for n in capped.notes)
+
+
+def test_accumulator_equals_float64_and_survives_huge_values():
+    """The per-tensor sums run as float32 blocks added in float64: cosine and SNR as float64
+    throughout gives them (a ragged tail included), max abs error exact; values whose float32
+    squares overflow fall back to float64."""
+    import numpy as np
+
+    from sdk.debug.layerdiff import _Acc
+
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(300_007) * 40).astype(np.float32)
+    b = a + (rng.standard_normal(a.size) * 1e-2).astype(np.float32)
+    acc = _Acc()
+    acc.update(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert acc.cosine() == pytest.approx(a64 @ b64 / math.sqrt((a64 @ a64) * (b64 @ b64)), abs=1e-7)
+    assert acc.snr_db() == pytest.approx(10 * math.log10((a64 @ a64) / ((a64 - b64) @ (a64 - b64))), abs=1e-4)
+    assert acc.maxabs == float(np.max(np.abs(a64 - b64)))
+    huge = _Acc()
+    huge.update(np.full(4096, 1e20, np.float32), np.full(4096, 5e19, np.float32))
+    assert huge.cosine() == pytest.approx(1.0) and huge.snr_db() == pytest.approx(10 * math.log10(4.0))
