@@ -21,15 +21,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _session(path: Path):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
 def _median_ms(sess, feed, n: int) -> float:
     sess.run(None, feed)
     times = []
@@ -51,14 +42,15 @@ def main() -> None:
     from compare_false_alarms import conv_stack
 
     from sdk import corpus
+    from sdk.quantize.speed import session
     from sdk.speedprobe import time_probe
 
     model = corpus.fetch([args.model], with_photos=False)[args.model]
     feed = corpus.sample_inputs(args.model, 1, seed=0)[0]
     with tempfile.TemporaryDirectory() as tmp:
-        conv = _session(conv_stack(Path(tmp) / "probe.onnx", 6, channels=32, size=28))
+        conv = session(str(conv_stack(Path(tmp) / "probe.onnx", 6, channels=32, size=28)), threads=1)
         conv_feed = {"x": np.random.default_rng(0).standard_normal((1, 32, 28, 28)).astype(np.float32)}
-        sess = _session(model)
+        sess = session(str(model), threads=1)
         rows = []
         for i in range(args.runs):
             numpy_ms = float(np.median(time_probe()))

@@ -185,8 +185,6 @@ def int8_only(ref_proto: Any, q_proto: Any, layers: Sequence[str]) -> Any:
     """``ref_proto`` with only ``layers`` in the int8 form ``q_proto`` gives them (their Q/DQ and
     quantized weights), every other layer in float: for a Q/DQ model at hand without the builder
     that made it (``sdk debug diff``'s candidate), what ``rank_layers``' ``only_int8`` builds."""
-    import onnx
-
     side, pairs = _side_by_side(ref_proto, q_proto, layers, fused=True)
     del side.graph.output[:]
     side.graph.output.extend(ref_proto.graph.output)
@@ -197,9 +195,7 @@ def int8_only(ref_proto: Any, q_proto: Any, layers: Sequence[str]) -> Any:
         fp32_node, int8_node = producer[fp32_name], producer[int8_name]
         fp32_node.output[list(fp32_node.output).index(fp32_name)] = fp32_name + "__fp32"
         int8_node.output[list(int8_node.output).index(int8_name)] = fp32_name
-    out = onnx.ModelProto()
-    out.CopyFrom(side)
-    return out
+    return side
 
 
 def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequence[str],

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import QuantizationError
 
-__all__ = ["GraphIndex", "check_not_quantized", "fold_batchnorm", "infer_shapes_light", "QUANTIZED_OPS"]
+__all__ = ["GraphIndex", "check_not_quantized", "fold_batchnorm", "QUANTIZED_OPS"]
 
 QUANTIZED_OPS = {
     "QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
@@ -19,43 +19,15 @@ QUANTIZED_OPS = {
 _FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
-#: initializers larger than this (bytes) go into shape inference as typed inputs without their data
-_LIGHT_BYTES = 1024
-
-
-def infer_shapes_light(proto: Any) -> Any:
-    """ONNX shape inference of ``proto`` on a copy without the large initializers' data (each one
-    a graph input of its type and shape instead): the same types and shapes (checked on the
-    corpus), without serializing the weights (ddddocr-ocr: 0.31 s -> 0.06 s). Small initializers,
-    the ones shape computations read (a Reshape's target), keep their values. The result's inputs
-    include those initializers."""
-    import onnx
-    from onnx import helper
-
-    light = onnx.ModelProto()
-    light.ir_version = proto.ir_version
-    light.opset_import.extend(proto.opset_import)
-    light.functions.extend(proto.functions)
-    g, src = light.graph, proto.graph
-    g.name = src.name
-    g.node.extend(src.node)
-    g.input.extend(src.input)
-    g.output.extend(src.output)
-    g.value_info.extend(src.value_info)
-    declared = {vi.name for vi in src.input}
-    for t in src.initializer:
-        if t.ByteSize() <= _LIGHT_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
-            g.initializer.append(t)
-        elif t.name not in declared:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return onnx.shape_inference.infer_shapes(light)
-
-
 class GraphIndex:
     """Producer / consumer maps, initializers and float activation tensors of a ModelProto's main
     graph (types from ONNX shape inference)."""
 
     def __init__(self, proto: Any):
+        import onnx
+
+        from ..formats.onnx import weightless
+
         self.proto = proto
         g = proto.graph
         self.graph = g
@@ -72,12 +44,15 @@ class GraphIndex:
         self.graph_inputs = [vi.name for vi in g.input if vi.name not in self.inits]
         self.graph_outputs = [vi.name for vi in g.output]
         try:
-            inferred = infer_shapes_light(proto)
+            inferred = onnx.shape_inference.infer_shapes(weightless(proto))   # the weights not serialized
         except Exception:  # inference failing leaves types unknown; calibration still works
             inferred = proto
         self.elem_type: Dict[str, int] = {}
         self.shape: Dict[str, Optional[List[Any]]] = {}
-        inputs = [vi for vi in inferred.graph.input if vi.name not in self.inits]   # as before: no weights
+        # weightless() declares the weights as inputs: those the model does not declare stay out, as
+        # full inference leaves them (large Constants' outputs stay in: full inference types them)
+        declared = {vi.name for vi in g.input}
+        inputs = [vi for vi in inferred.graph.input if vi.name in declared or vi.name not in self.inits]
         for vi in inputs + list(inferred.graph.value_info) + list(inferred.graph.output):
             tt = vi.type.tensor_type
             self.elem_type[vi.name] = tt.elem_type

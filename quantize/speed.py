@@ -42,8 +42,13 @@ def bench_command(model: str, threads: Optional[int], shapes: Mapping[str, Seque
 def paired_speedup(rounds_ms: Sequence[Sequence[float]]) -> Optional[float]:
     """Median of the per-round ratios FP32 / INT8: the figure :func:`speedup_interval` bounds (a
     ratio of the two medians can fall outside that interval when the host's speed drifts)."""
-    ratios = [a / b for a, b in zip(rounds_ms[0], rounds_ms[1]) if b > 0]
+    ratios = _round_ratios(rounds_ms)
     return float(np.median(ratios)) if ratios else None
+
+
+def _round_ratios(rounds_ms: Sequence[Sequence[float]]) -> List[float]:
+    """FP32 / INT8 of each round, sorted."""
+    return sorted(a / b for a, b in zip(rounds_ms[0], rounds_ms[1]) if b > 0)
 
 
 def speedup_interval(rounds_ms: Sequence[Sequence[float]]) -> Optional[List[float]]:
@@ -51,7 +56,7 @@ def speedup_interval(rounds_ms: Sequence[Sequence[float]]) -> Optional[List[floa
     models' rounds, interleaved, so each ratio compares the same moment of a shared host)."""
     from ..stats import quantile_ci
 
-    ratios = sorted(a / b for a, b in zip(rounds_ms[0], rounds_ms[1]) if b > 0)
+    ratios = _round_ratios(rounds_ms)
     ci = quantile_ci(ratios, 50.0) if ratios else None
     return [round(ci[0], 3), round(ci[1], 3)] if ci else None
 

@@ -537,10 +537,10 @@ def _graph_order(proto: Any) -> Tuple[List[Tuple[str, Any, int]], Dict[str, int]
     (Constant nodes left out), and the element types shape inference gave."""
     import onnx
 
-    from ..quantize.graph import infer_shapes_light
+    from ..formats.onnx import weightless
 
     try:
-        inferred = infer_shapes_light(proto)
+        inferred = onnx.shape_inference.infer_shapes(weightless(proto))
     except Exception:
         inferred = proto
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
@@ -649,7 +649,7 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
 
 
 def _added_errors(ref: Any, qdq: Optional[Any], feeds: Sequence[Feed], cfg: DiffConfig
-                  ) -> Dict[str, Tuple[float, Optional[float]]]:
+                  ) -> Dict[str, Tuple[float, float]]:
     """Each quantized layer's share of the output error as the quantizer ranks it (own error on
     FP32's inputs and its group's gain; :func:`sdk.quantize.fallback.rank_layers`), {node: (own
     error, gain)}; the gain is 1.0 where the layers are too few to cut into groups."""

@@ -1,5 +1,6 @@
-"""quantize/graph.py: shape inference without the weights' data gives the types and shapes full
-inference gives (the corpus models, and a Reshape whose target is an initializer)."""
+"""quantize/graph.py: GraphIndex infers on the model without its weights' data
+(``sdk.formats.onnx.weightless``) and gets the types and shapes full inference gives (the corpus
+models, and a Reshape whose target is an initializer)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from sdk import corpus
-from sdk.quantize.graph import GraphIndex, infer_shapes_light
+from sdk.formats.onnx import weightless
+from sdk.quantize.graph import GraphIndex
 
 
 def _typed(proto):
@@ -26,18 +28,21 @@ def test_small_initializers_keep_their_values_large_ones_their_shape():
                           [helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
                            helper.make_tensor_value_info("s", TensorProto.INT64, None)], [w, shape])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    light = infer_shapes_light(m)
+    light = shape_inference.infer_shapes(weightless(m))
     assert _typed(light) == _typed(shape_inference.infer_shapes(m))
     assert "dim_value: 4096" in _typed(light)["r"][1]        # the Reshape's target was read
     assert not any(t.name == "w" for t in light.graph.initializer)
+    idx = GraphIndex(m)
+    assert idx.shape["r"] == [1, 4096] and idx.elem_type["s"] == TensorProto.INT64 and "w" not in idx.elem_type
 
 
-@pytest.mark.parametrize("name", ["ddddocr-ocr", "nudenet-320n"])
+@pytest.mark.parametrize("name", ["ddddocr-ocr", "nudenet-320n", "layout-cdla"])   # layout: weights as Constants
 def test_graph_index_types_and_shapes_equal_full_inference(name):
     proto = onnx.load(str(corpus.fetch([name], with_photos=False)[name]))
     full = shape_inference.infer_shapes(proto)
+    infos = list(full.graph.input) + list(full.graph.value_info) + list(full.graph.output)
+    want = {vi.name: vi.type.tensor_type.elem_type for vi in infos}
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in infos if vi.type.tensor_type.HasField("shape")}
     idx = GraphIndex(proto)
-    inits = {t.name for t in proto.graph.initializer}
-    want = {vi.name: vi.type.tensor_type.elem_type for vi in list(full.graph.input) + list(full.graph.value_info)
-            + list(full.graph.output) if vi.name not in inits}
-    assert idx.elem_type == want and len(want) > 100
+    assert idx.elem_type == want and idx.shape == shapes and len(want) > 100
