@@ -198,10 +198,15 @@ class Session:
         why = self._diagnose(feeds, str(exc))
         if why:
             return InputError(f"{self.target_name} cannot run these inputs: {why}", f"the runtime said: {first[:200]}")
-        return InferenceError(f"{self.target_name} failed to run: {first}")
+        return InferenceError(f"{self.target_name} failed to run: "
+                              f"{strip_ansi(self._what_failed(feeds, str(exc)) or first)}")
 
     def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
         """A backend's explanation of a failure from the model's own shapes (None: none)."""
+        return None
+
+    def _what_failed(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        """The runtime's failure restated naming the node (None: the message's first line says it)."""
         return None
 
 

@@ -13,17 +13,43 @@ Pure graph analysis (ONNX shape inference), no runtime. Returns None when nothin
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Hashable, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["explain_shapes", "node_named"]
+__all__ = ["explain_shapes", "explain_failure", "node_named", "flow_stride", "stride_sentence"]
 
 _WINDOW_OPS = ("Conv", "MaxPool", "AveragePool", "LpPool")
 
 
 def node_named(message: str) -> Optional[str]:
-    """The node a runtime's message names (ONNX Runtime: ``... node. Name:'X' Status Message``)."""
-    m = re.search(r"Name:\s*'([^']+)'", message) or re.search(r"node\s+'([^']+)'", message)
+    """The node a runtime's message names: ONNX Runtime ``... node. Name:'X' Status Message``;
+    TensorRT ``Error Code 7: Internal Error (/model.9/Concat: ...)`` (its layers carry the ONNX
+    node names)."""
+    m = (re.search(r"Name:\s*'([^']+)'", message) or re.search(r"node\s+'([^']+)'", message)
+         or re.search(r"Error Code \d+:[^(]*\(([^:()\s]+):", message))
     return m.group(1) if m else None
+
+
+_SHAPE_WORDS = re.compile(r"shape|dimension|broadcast|concat|size", re.I)
+
+
+def explain_failure(model: Any, feeds: Mapping[str, Any], message: str) -> Optional[str]:
+    """:func:`explain_shapes` for a runtime's failure ``message`` on the ONNX ``model`` (a path,
+    bytes or a ModelProto) it ran, when the message is about shapes; None otherwise or when the
+    model cannot be read (an explanation is a bonus: the runtime's own line stays)."""
+    if model is None or not _SHAPE_WORDS.search(message):
+        return None
+    try:
+        import onnx
+
+        if isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        elif isinstance(model, onnx.ModelProto):
+            proto = model
+        else:
+            proto = onnx.load(str(model))
+        return explain_shapes(proto, feeds, node_named(message))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def _attr_ints(node: Any, name: str) -> List[int]:
@@ -33,24 +59,47 @@ def _attr_ints(node: Any, name: str) -> List[int]:
     return []
 
 
-def _total_stride(g: Any, known: Mapping[str, Sequence[Any]]) -> int:
-    """The model's total downsampling: Conv/pool strides multiplied along the data flow, where a
-    node joining feature maps (Concat, Add after an upsample) takes the finest of its inputs'
-    strides (they line up spatially). 1: no strided layer."""
-    stride: Dict[str, int] = {i.name: 1 for i in g.input}
+Step = Tuple[Sequence[Hashable], Sequence[Hashable], int, bool]
+
+
+def flow_stride(steps: Iterable[Step], sources: Iterable[Hashable], is_map: Callable[[Hashable], bool]) -> int:
+    """A model's total downsampling from its nodes in run order, each ``(inputs, outputs, stride,
+    upsample)``: strides multiply along the data flow; a node joining feature maps (Concat, Add
+    after an upsample) takes the finest of its inputs' strides (``is_map``: the tensor is a
+    feature map; they line up spatially); an upsample halves it. Any format's adapter feeds it
+    (ONNX here, TFLite in :mod:`sdk.targets.tflite.diagnose`). 1: no strided layer."""
+    stride: Dict[Hashable, int] = {name: 1 for name in sources}
     best = 1
-    for n in g.node:
-        maps = [stride[i] for i in n.input if i in stride and len(known.get(i) or [0, 0, 0]) >= 3]
-        s = min(maps) if maps else max([stride.get(i, 1) for i in n.input if i] or [1])
-        if n.op_type in _WINDOW_OPS:
-            st = _attr_ints(n, "strides")
-            s *= max(st) if st else 1
-        elif n.op_type in ("Resize", "Upsample"):
-            s = max(1, s // 2)  # the usual 2x upsample of a feature pyramid
-        for o in n.output:
+    for inputs, outputs, own, upsample in steps:
+        maps = [stride[i] for i in inputs if i in stride and is_map(i)]
+        s = min(maps) if maps else max([stride.get(i, 1) for i in inputs] or [1])
+        s = max(1, s // 2) if upsample else s * max(1, own)
+        for o in outputs:
             stride[o] = s
         best = max(best, s)
     return best
+
+
+def stride_sentence(name: str, dims: Sequence[int], stride: int, node: Optional[str] = None) -> Optional[str]:
+    """"input 'x' has H x W 63 x 63, but the model downsamples by 2 ...: multiples of 2, e.g. 64 x 64",
+    or None when ``dims`` (H, W) fit ``stride``."""
+    if stride <= 1 or not any(int(d) % stride for d in dims):
+        return None
+    ok = [((int(d) + stride - 1) // stride) * stride for d in dims]
+    where = f" (node {node})" if node else ""
+    return (f"input '{name}' has H x W {dims[0]} x {dims[1]}, but the model downsamples by {stride}"
+            f"{where}: H and W must be multiples of {stride}, e.g. {ok[0]} x {ok[1]}")
+
+
+def _total_stride(g: Any, known: Mapping[str, Sequence[Any]]) -> int:
+    """:func:`flow_stride` of an ONNX graph (Conv/pool ``strides``; Resize/Upsample upsample)."""
+    def steps() -> Iterator[Step]:
+        for n in g.node:
+            st = _attr_ints(n, "strides") if n.op_type in _WINDOW_OPS else []
+            yield ([i for i in n.input if i], list(n.output), max(st) if st else 1,
+                   n.op_type in ("Resize", "Upsample"))
+
+    return flow_stride(steps(), [i.name for i in g.input], lambda t: len(known.get(str(t)) or [0, 0, 0]) >= 3)
 
 
 def explain_shapes(proto: Any, feeds: Mapping[str, Any], node: Optional[str] = None) -> Optional[str]:
@@ -109,14 +158,11 @@ def explain_shapes(proto: Any, feeds: Mapping[str, Any], node: Optional[str] = N
                         f"gets {size} there: input {who} is too short; it needs at least {need} there")
     # 2. spatial dims that are not multiples of the total stride
     stride = _total_stride(inferred, known)
-    if stride > 1:
-        for name in data_inputs:
-            s = shapes[name]
-            if len(s) == 4:
-                dims = s[2:] if s[1] <= 4 or s[3] > 4 else s[1:3]   # NCHW, else NHWC
-                if any(d % stride for d in dims):
-                    ok = [((d + stride - 1) // stride) * stride for d in dims]
-                    where = f" (node '{node}')" if node else ""
-                    return (f"input '{name}' has H x W {dims[0]} x {dims[1]}, but the model downsamples by {stride}"
-                            f"{where}: H and W must be multiples of {stride}, e.g. {ok[0]} x {ok[1]}")
+    for name in data_inputs:
+        s = shapes[name]
+        if len(s) == 4:
+            dims = s[2:] if s[1] <= 4 or s[3] > 4 else s[1:3]   # NCHW, else NHWC
+            said = stride_sentence(name, dims, stride, f"'{node}'" if node else None)
+            if said:
+                return said
     return None

@@ -41,20 +41,9 @@ class OnnxRuntimeSession(Session):
 
     def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
         """The shape constraint of the model that the feeds break (:mod:`sdk.formats.onnx_diagnose`)."""
-        import re
+        from ...formats.onnx_diagnose import explain_failure
 
-        if self._model_source is None or not re.search(r"shape|dimension|broadcast|concat|size", message, re.I):
-            return None   # not a shape failure: the runtime's own line says it
-        try:
-            import onnx
-
-            from ...formats.onnx_diagnose import explain_shapes, node_named
-
-            src = self._model_source
-            proto = onnx.load_from_string(bytes(src)) if isinstance(src, (bytes, bytearray)) else onnx.load(str(src))
-            return explain_shapes(proto, feeds, node_named(message))
-        except Exception:  # noqa: BLE001 - an explanation is a bonus; the runtime's own line stays
-            return None
+        return explain_failure(self._model_source, feeds, message)
 
     def _make_run(self):
         names, explain = self._names, self._explain

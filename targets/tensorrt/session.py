@@ -75,8 +75,9 @@ class TensorRTSession(Session):
     target_name = "tensorrt"
 
     def __init__(self, engine_bytes: bytes, cuda: Any, dla_core: Optional[int] = None, layer_profile: bool = False,
-                 source: str = "engine"):
+                 source: str = "engine", model_source: Any = None):
         trt = self._trt = import_trt()
+        self._model_source = model_source  # the ONNX model the engine was built from: to explain a failure
         self._cuda = cuda
         self._logger = make_logger(trt)
         self._runtime = trt.Runtime(self._logger)
@@ -141,8 +142,8 @@ class TensorRTSession(Session):
         for spec in self.inputs + self.outputs:
             shape = tuple(int(d) for d in ctx.get_tensor_shape(spec.name))
             if any(d < 0 for d in shape):
-                raise InputError(f"the shape of '{spec.name}' is still unknown ({format_shape(shape)}) after "
-                                 "setting the input shapes")
+                raise self._shape_failure(shapes, f"the shape of '{spec.name}' is still unknown "
+                                                  f"({format_shape(shape)}) after setting the input shapes")
             dtype = self._io_dtype[spec.name]
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             dev = self._device.get(spec.name)
@@ -156,6 +157,26 @@ class TensorRTSession(Session):
             ctx.set_tensor_address(spec.name, int(dev.ptr))
         self._bound = key
 
+    def _shape_failure(self, shapes: Mapping[str, Tuple[int, ...]], what: str,
+                       error: type = InputError) -> Exception:
+        """TensorRT failed for these input shapes: its last logged error (naming the layer) and, from
+        the ONNX model, the constraint the shapes break (:func:`sdk.formats.onnx_diagnose.explain_failure`)
+        as an :class:`InputError`; else ``error`` with ``what`` and TensorRT's line."""
+        from ...formats.onnx_diagnose import explain_failure
+
+        errs = self._logger.errors()
+        said = errs[-1] if errs else ""
+        feeds = {k: np.broadcast_to(np.uint8(0), tuple(v)) for k, v in shapes.items()}   # shapes, no data
+        why = explain_failure(self._model_source, feeds, said)
+        if why:
+            return InputError(f"tensorrt cannot run these inputs: {why}", f"TensorRT said: {said[:200]}")
+        return error(what + (f" (TensorRT said: {said})" if said else ""))
+
+    def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        from ...formats.onnx_diagnose import explain_failure
+
+        return explain_failure(self._model_source, feeds, message)
+
     # -- running -----------------------------------------------------------------------------------
     def _h2d(self) -> None:
         for spec in self.inputs:
@@ -167,8 +188,7 @@ class TensorRTSession(Session):
 
     def _enqueue(self) -> None:
         if not self._context.execute_async_v3(self._stream.handle):
-            errs = self._logger.errors()
-            raise InferenceError("TensorRT execute_async_v3 failed" + (f": {errs[-1]}" if errs else ""))
+            raise self._shape_failure(dict(self._bound or ()), "TensorRT execute_async_v3 failed", InferenceError)
 
     def _load_feeds(self, feeds: Mapping[str, np.ndarray]) -> None:
         self._bind({k: tuple(np.shape(v)) for k, v in feeds.items()})

@@ -144,6 +144,8 @@ class TensorRTTarget(Target):
             meta.update(int8_mode=result.int8_mode, build_s=result.build_s, inputs=inputs,
                         trt_warnings=result.warnings[-20:])
         meta["cache"] = {"hit": look.hit, "reason": look.reason, "dir": str(cache.root)}
+        if model.path is not None:
+            meta["onnx_model"] = str(model.path)   # to explain a run's shape failure by the graph
         return Artifact(self.name, model.sha256, path=Path(path), metadata=meta)
 
     # -- open -------------------------------------------------------------------------------------
@@ -169,4 +171,5 @@ class TensorRTTarget(Target):
         cuda = get_backend(self.options.get("cuda_backend") or "auto", int(self.options.get("device") or 0))
         return TensorRTSession(data, cuda, dla_core=meta.get("dla_core"),
                                layer_profile=bool(self.options.get("layer_profile")),
-                               source=f"engine {artifact.path}" if artifact.path else "engine")
+                               source=f"engine {artifact.path}" if artifact.path else "engine",
+                               model_source=meta.get("onnx_model"))

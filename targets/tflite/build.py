@@ -208,5 +208,17 @@ def create_interpreter(rt: TFLiteRuntime, config: InterpreterConfig, model_path:
             raise InvalidModelError(f"{rt.describe()} cannot run the model: {text}",
                                     "the model uses an op this runtime lacks; convert it with builtin ops "
                                     "only or use a runtime that has the op") from exc
-        raise InvalidModelError(f"{rt.describe()} cannot prepare the model: {text}") from exc
+        raise InvalidModelError(f"{rt.describe()} cannot prepare the model: {_node_named(interp, str(exc)) or text}",
+                                "the shapes the file declares do not fit its ops: fix them in the exporter, or "
+                                "feed other ones with --input-shape") from exc
     return interp
+
+
+def _node_named(interp: Any, message: str) -> Optional[str]:
+    """LiteRT's "Node number N (OP) failed to prepare" restated naming the node (:mod:`.diagnose`)."""
+    try:
+        from .diagnose import explain_failure
+
+        return explain_failure(message, interp, {}, {})[0]
+    except Exception:  # noqa: BLE001 - the runtime's own line stays
+        return None

@@ -73,13 +73,16 @@ class TFLiteSession(Session):
                            "Python accessor); use the benchmark_model tool with --enable_op_profiling=true")
 
     def __init__(self, interp: Any, *, signature: Optional[str] = None, quantized_io: str = "float",
-                 delegates: Sequence[Any] = (), runtime: str = ""):
+                 delegates: Sequence[Any] = (), runtime: str = "", source: Optional[Tuple[Any, Any]] = None):
         float_io = quantized_io == "float"
         ins, outs, primary = signature_ports(interp, signature)
         self._in = [_Port(n, d, float_io) for n, d in ins]
         self._out = [_Port(n, d, float_io) for n, d in outs]
         super().__init__([p.spec for p in self._in], [p.spec for p in self._out])
         self._interp = interp
+        #: (the TFLiteRuntime, the model's path or bytes): to explain a failure by the graph
+        self._source = source
+        self._explained: Optional[Tuple[str, Tuple[Optional[str], Optional[str]]]] = None
         self._delegates = list(delegates)
         self.signature = signature
         self.quantized_io = quantized_io
@@ -134,6 +137,35 @@ class TFLiteSession(Session):
                 raise explain(feeds, exc) from exc
 
         return run_one
+
+    # -- failures ------------------------------------------------------------------------------------
+    def _explain_failure(self, feeds: Mapping[str, np.ndarray], message: str) -> Tuple[Optional[str], Optional[str]]:
+        """(the node that failed, the constraint) by :mod:`.diagnose`, once per message."""
+        if self._explained is not None and self._explained[0] == message:
+            return self._explained[1]
+        got: Tuple[Optional[str], Optional[str]] = (None, None)
+        try:
+            from .diagnose import explain_failure
+
+            shapes = {p.name: tuple(int(d) for d in np.asarray(feeds[p.name]).shape) for p in self._in if p.name in feeds}
+            data, builtin = None, None
+            if self._source is not None:
+                rt, model = self._source
+                data = model if isinstance(model, (bytes, bytearray)) else open(model, "rb").read()
+                if "delegate" in message.lower():
+                    builtin = rt.Interpreter(model_content=bytes(data), **rt.resolver_kwargs(False))
+            got = explain_failure(message, self._interp, shapes, {p.name: p.index for p in self._in},
+                                  bytes(data) if data is not None else None, builtin)
+        except Exception:  # noqa: BLE001 - an explanation is a bonus; the runtime's own line stays
+            pass
+        self._explained = (message, got)
+        return got
+
+    def _what_failed(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        return self._explain_failure(feeds, message)[0]
+
+    def _diagnose(self, feeds: Mapping[str, np.ndarray], message: str) -> Optional[str]:
+        return self._explain_failure(feeds, message)[1]
 
     def _run_closed(self, feeds: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         raise RuntimeError("closed")

@@ -91,7 +91,8 @@ class TFLiteTarget(Target):
         signature = cfg.signature or default_signature(interp)
         from .session import TFLiteSession
 
-        probe = TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates)
+        probe = TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates,
+                              source=(rt, data if data is not None else str(model.path)))
         meta: Dict[str, Any] = {
             "runtime": rt.name,
             "runtime_version": rt.version,
@@ -126,4 +127,5 @@ class TFLiteTarget(Target):
         signature = artifact.metadata.get("signature") if "signature" in artifact.metadata else \
             (cfg.signature or default_signature(interp))
         return TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates,
-                             runtime=rt.describe())
+                             runtime=rt.describe(),
+                             source=(rt, artifact.data if artifact.path is None else str(artifact.path)))

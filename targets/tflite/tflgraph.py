@@ -55,6 +55,7 @@ class TFLTensor:
     variable: bool = False
     onnx: str = ""                         # the ONNX tensor it holds ("" for none)
     perm: Optional[Tuple[int, ...]] = None  # it holds that ONNX value transposed by perm
+    shape_signature: Optional[Tuple[int, ...]] = None  # -1 for a dim set at run time
 
 
 @dataclass
@@ -181,6 +182,8 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
         tt = fb.TensorT()
         tt.name = t.name
         tt.shape = np.array(t.shape, np.int32)
+        if t.shape_signature is not None:
+            tt.shapeSignature = np.array(t.shape_signature, np.int32)
         tt.type = getattr(fb.TensorType, _DTYPES[t.dtype])
         tt.isVariable = t.variable
         if t.data is not None:

@@ -71,6 +71,20 @@ def test_int8_without_qdq_or_cache(tmp_path, conv_model):
         t.prepare(conv_model)
 
 
+def test_odd_input_inside_the_profile_names_the_input_and_the_stride(tmp_path):
+    """Conv stride 2 and a 2x2 pool joined by Concat: 63 x 63 is inside the profile, but the two maps
+    are 32 and 31 wide; TensorRT's shape check fails and the error says H and W must be even."""
+    from tests.sdk.test_onnx_diagnose import pyramid_model
+
+    path = pyramid_model(tmp_path / "pyramid.onnx")
+    t = get_target("tensorrt", precision="fp32", cache_dir=str(tmp_path / "engines"),
+                   input_shapes=["x=1x3x32x32:1x3x64x64:1x3x96x96"])
+    with t.open(t.prepare(path)) as sess:
+        assert sess.run({"x": np.zeros((1, 3, 64, 64), np.float32)})["y"].shape == (1, 6, 32, 32)
+        with pytest.raises(InputError, match=r"input 'x' has H x W 63 x 63.*multiples of 2"):
+            sess.run({"x": np.zeros((1, 3, 63, 63), np.float32)})
+
+
 def test_parser_error_names_the_node(tmp_path):
     from onnx import TensorProto, helper
 
