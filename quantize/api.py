@@ -540,6 +540,14 @@ class _Run:
                     "for them is quantized, as sdk convert -o flat.onnx with the same flags writes it")
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
                                     "it needs Conv, Gemm, MatMul or similar with float weights")
+        in_bodies = _weighted_ops_by_body(self.work)
+        if in_bodies:   # quantized around them: say which weights stay float, and where
+            self.notes["float_in_control_flow"] = in_bodies
+            where = "; ".join(f"{', '.join(f'{n} {op}' for op, n in sorted(ops.items()))} in {host}"
+                              for host, ops in sorted(in_bodies.items()))
+            self.warnings.append(f"weighted ops inside control-flow bodies stay in float ({where}): the quantizer "
+                                 "does not enter If/Loop bodies; an If that --input-value decides is replaced by "
+                                 "its branch first")
         self.layers_full = len(self.qplan.layers)
         self.all_layers = list(self.qplan.layers)   # the quantizable layers, for the per-layer precision report
         self.weights_full = len(self.qplan.weights)  # coverage before any fallback or speed choice
@@ -792,7 +800,8 @@ class _Run:
                       "sha256": self.notes["source_sha256"], "opset_in": self.notes["opset_in"],
                       "opset_upgraded_to": self.notes.get("opset_upgraded_to"),
                       "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0),
-                      "specialized": self.notes.get("specialized")},
+                      "specialized": self.notes.get("specialized"),
+                      "float_in_control_flow": self.notes.get("float_in_control_flow") or {}},
             "target": self.scheme.name,
             "scheme": self.scheme.options(),
             "cpu": {k: v for k, v in self.cpu.items() if k != "flags"},
@@ -924,6 +933,21 @@ def _weighted_ops_in_bodies(proto: Any) -> Dict[str, int]:
 
     return dict(Counter(n.op_type for top in proto.graph.node for body in subgraphs(top)
                         for n in iter_nodes(body) if n.op_type in _WEIGHTED_OPS))
+
+
+def _weighted_ops_by_body(proto: Any) -> Dict[str, Dict[str, int]]:
+    """``{"Loop 'p2o.Loop.0'": {"MatMul": 10}}``: the weighted ops of each top-level If/Loop/Scan's bodies."""
+    from collections import Counter
+
+    from ..formats.onnx import iter_nodes
+    from ..formats.onnx_control import subgraphs
+
+    out: Dict[str, Dict[str, int]] = {}
+    for top in proto.graph.node:
+        ops = Counter(n.op_type for body in subgraphs(top) for n in iter_nodes(body) if n.op_type in _WEIGHTED_OPS)
+        if ops:
+            out[f"{top.op_type} '{top.name or top.output[0]}'"] = dict(ops)
+    return out
 
 
 def _wide_concats(plan: QuantPlan, idx: Any, ranges: Mapping[str, Tuple[float, float]]) -> List[str]:

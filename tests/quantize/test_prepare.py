@@ -128,3 +128,21 @@ def test_weights_inside_if_branches_quantize_for_the_values_that_decide_them(tmp
         want = ref.run(["y"], dict(f, sr=np.array(16000, np.int64)))[0]
         got = q.run(["y"], f)[0]
         assert want.shape == (1, 8) and np.allclose(got, want, atol=0.05 * float(np.abs(want).max()) + 1e-3)
+
+
+def test_weights_inside_a_loop_body_stay_float_and_the_report_says_where(tmp_path):
+    """tests/controlflow.py's Loop model: ``first_mm`` outside the Loop is quantized; ``body_mm``
+    inside its body stays float, and the warning and ``report.model.float_in_control_flow`` name it
+    (it used to be left float without a word)."""
+    from tests.controlflow import loop_model
+
+    path = loop_model(tmp_path / "loop.onnx", trips=3)
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(24)]
+    res = quantize(path, feeds, output=tmp_path / "q.onnx", workers=1, speed_check=False, use_cache=False)
+    assert res.report["model"]["float_in_control_flow"] == {"Loop 'the_loop'": {"MatMul": 1}}
+    said = [w for w in res.report["warnings"] if "control-flow bodies stay in float" in w]
+    assert said and "1 MatMul in Loop 'the_loop'" in said[0], res.report["warnings"]
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    mm = next(n for n in q.graph.node if n.name == "first_mm")
+    assert any(n.op_type == "DequantizeLinear" and n.output[0] in mm.input for n in q.graph.node)
