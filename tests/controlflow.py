@@ -173,3 +173,33 @@ def nested_if_model(path):
                            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 4])],
                           [rate, zero, one, idx0, two, three])
     return _save(g, path)
+
+
+def loop_with_if_model(path, trips: int = 4):
+    """``x [1, 4]`` through a Loop (``M = trips``) whose body holds an If on the outer int64 input
+    ``mode``: then ``h @ Wa [4, 4]`` (16 MACs), else ``h @ Wb [4, 4]`` then ``@ Wc [4, 4]`` (32 MACs).
+    Hand count, the larger branch each iteration: 32 x 4 = 128 MACs (16 x 4 = 64 on the then branch)."""
+    eye = np.eye(4, dtype=np.float32)
+    wa, wb, wc = (numpy_helper.from_array(eye * k, n) for k, n in ((0.5, "wa"), (0.25, "wb"), (2.0, "wc")))
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    then_g = helper.make_graph([helper.make_node("MatMul", ["h_in", "wa"], ["h_then"], name="mm_a")], "then", [],
+                               [helper.make_tensor_value_info("h_then", TensorProto.FLOAT, [1, 4])])
+    else_g = helper.make_graph([helper.make_node("MatMul", ["h_in", "wb"], ["h_b"], name="mm_b"),
+                                helper.make_node("MatMul", ["h_b", "wc"], ["h_else"], name="mm_c")], "else", [],
+                               [helper.make_tensor_value_info("h_else", TensorProto.FLOAT, [1, 4])])
+    body = helper.make_graph(
+        [helper.make_node("Equal", ["mode", "zero"], ["pick"], name="is_zero"),
+         helper.make_node("If", ["pick"], ["h_out"], then_branch=then_g, else_branch=else_g, name="body_if"),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"], name="pass")], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, 4])])
+    inits = [wa, wb, wc, zero, numpy_helper.from_array(np.array(trips, np.int64), "M"),
+             numpy_helper.from_array(np.array(True), "true")]
+    g = helper.make_graph([helper.make_node("Loop", ["M", "true", "x"], ["h"], body=body, name="the_loop")],
+                          "loop_if", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                      helper.make_tensor_value_info("mode", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])], inits)
+    return _save(g, path)

@@ -8,7 +8,7 @@ import pytest
 from sdk.errors import InputError
 from sdk.model import Model
 from sdk.tensors import TensorSpec
-from tests.controlflow import bilstm_model, if_rate_model, loop_model
+from tests.controlflow import bilstm_model, if_rate_model, loop_model, loop_with_if_model
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +140,17 @@ def test_loop_macs_body_times_static_trip_count(models):
     info = Model.load(models["loop_input"]).inspect()              # M from an input: partial, with why
     assert info["macs_partial"] and info["macs"] == 16
     assert any("Loop body not counted" in n and "run time" in n for n in info["macs_notes"])
+
+
+def test_if_inside_a_loop_body_counts_its_larger_branch_per_iteration(tmp_path):
+    """tests/controlflow.py's loop_with_if_model: 4 iterations of an If (then 16, else 32 MACs) on
+    the outer input ``mode``: 32 x 4 = 128, labelled as the larger branch, and ``mode`` is named as
+    the input that chooses it."""
+    info = Model.load(loop_with_if_model(tmp_path / "loop_if.onnx")).inspect()
+    assert info["macs"] == 128 and not info["macs_partial"], info
+    assert "the_loop/body_if: the larger If branch is counted (then 16, else 32)" in info["macs_notes"]
+    assert "the_loop: Loop body 32 MACs x 4 iterations (the constant trip count M)" in info["macs_notes"]
+    assert [(c["input"], c["node"]) for c in info["control_inputs"]] == [("mode", "body_if")]
 
 
 def test_roofline_takes_the_same_loop_count(models):
