@@ -17,11 +17,15 @@ __all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", 
 
 
 def ort_session(proto_or_bytes: Any, threads: Optional[int] = None):
-    """An onnxruntime CPU session on a ModelProto or serialized bytes; a model ORT refuses raises
-    :class:`QuantizationError` (it must never be written out)."""
+    """An onnxruntime CPU session on a ModelProto, serialized bytes or a model file's path; a model
+    ORT refuses raises :class:`QuantizationError` (it must never be written out)."""
+    import os
+
     import onnxruntime as ort
 
-    data = proto_or_bytes if isinstance(proto_or_bytes, (bytes, bytearray)) else proto_or_bytes.SerializeToString()
+    src = proto_or_bytes
+    data = src if isinstance(src, (bytes, bytearray, str, os.PathLike)) else src.SerializeToString()
+    data = os.fspath(data) if isinstance(data, os.PathLike) else data
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:

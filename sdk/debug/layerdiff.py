@@ -292,18 +292,29 @@ class OnnxCandidate(Candidate):
 
         return augment(self.proto, sorted(set(mapping.values())))
 
+    def _bytes(self) -> Optional[bytes]:
+        """The candidate file's bytes, when they load on their own (no external weights)."""
+        from ..quantize.calibrate import has_external_data
+
+        return None if has_external_data(self.proto) else self.path.read_bytes()
+
     def run(self, mapping: Mapping[str, str], feeds: Sequence[Feed]) -> Iterator[Dict[str, np.ndarray]]:
         from ..quantize.accuracy import ort_session
+        from ..quantize.calibrate import augment_bytes
+        from ..quantize.graph import GraphIndex
 
-        aug = self.augmented(mapping)
-        sess = ort_session(aug, self.cfg.threads)
+        data = self._bytes()
+        names_out = sorted(set(mapping.values()))
+        sess = ort_session(augment_bytes(data, self.proto, names_out, GraphIndex(self.proto).elem_type)
+                           if data is not None else self.augmented(mapping), self.cfg.threads)
         names = [o.name for o in sess.get_outputs()]
         back = {v: k for k, v in mapping.items()}
         plain_outputs = [o.name for o in self.proto.graph.output]
         for i, feed in enumerate(feeds):
             got = dict(zip(names, sess.run(names, dict(feed))))
             if i == 0:  # does exposing the tensors change what the model computes? (fusions it blocks)
-                plain = ort_session(self.proto, self.cfg.threads).run(plain_outputs, dict(feed))
+                plain = ort_session(self.path if data is not None else self.proto, self.cfg.threads).run(
+                    plain_outputs, dict(feed))
                 moved = max((float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(got[o], np.float64))))
                              for o, p in zip(plain_outputs, plain) if np.asarray(p).size and
                              np.asarray(p).dtype.kind == "f"), default=0.0)
@@ -566,7 +577,7 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
     import onnx
 
     from ..quantize.accuracy import ort_session
-    from ..quantize.calibrate import augment
+    from ..quantize.calibrate import augment, augment_bytes, has_external_data
 
     cfg = dataclasses.replace(config or DiffConfig(), **overrides)
     start = time.perf_counter()
@@ -591,7 +602,11 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
     order, types = _graph_order(ref)
     wanted = [t for t, _, _ in order]
     mapping = cand.tensors(wanted)
-    ref_session = ort_session(augment(ref, wanted, elem_types=types), cfg.threads)
+    # expose only the tensors compared: each exposed tensor blocks ONNX Runtime's fusions around it
+    # (Conv + BatchNormalization ...), and the FP32 values then differ from the model's by rounding
+    exposed = [t for t in wanted if t in mapping]
+    ref_session = ort_session(augment_bytes(model_path.read_bytes(), ref, exposed, types) if not has_external_data(ref)
+                              else augment(ref, exposed, elem_types=types), cfg.threads)
     ref_names = [o.name for o in ref_session.get_outputs()]
     accs: Dict[str, _Acc] = {t: _Acc() for t in mapping}
     if isinstance(cand, BoardCandidate):

@@ -121,3 +121,27 @@ def test_bad_sample_midway_stops_workers_and_exits(tmp_path):
     script.write_text(_BAD_SAMPLE)
     r = subprocess.run([sys.executable, str(script), str(model)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "raised:" in r.stdout and "float64" in r.stdout, r.stderr
+
+
+def test_outputs_appended_to_the_file_bytes_equal_augment(residual_model):
+    """augment_bytes (the file's bytes plus a second graph field with the new outputs) parses as
+    augment's copy and runs on ONNX Runtime with the same values; existing outputs are not repeated."""
+    import onnx
+    import onnxruntime as ort
+
+    from sdk.quantize.calibrate import augment, augment_bytes
+    from sdk.quantize.graph import GraphIndex
+
+    proto = Model.load(residual_model).proto
+    names = [n.output[0] for n in proto.graph.node][:4] + [proto.graph.output[0].name]
+    types = GraphIndex(proto).elem_type
+    data = augment_bytes(residual_model.read_bytes(), proto, names, types)
+    merged, copied = onnx.load_from_string(data), augment(proto, names, elem_types=types)
+    assert [o.name for o in merged.graph.output] == [o.name for o in copied.graph.output]
+    assert len(merged.graph.node) == len(proto.graph.node) and len(merged.graph.initializer) == len(proto.graph.initializer)
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    a = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(copied.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = [o.name for o in copied.graph.output]
+    for u, v in zip(a.run(want, x), b.run(want, x)):
+        np.testing.assert_array_equal(u, v)
