@@ -211,13 +211,16 @@ def _similarity(row: Mapping[str, Any]) -> float:
 
 
 def layer_sensitivity(build: Callable[[Sequence[str]], Any], layers: Sequence[str], feeds: Sequence[Dict[str, np.ndarray]],
-                      ref_outputs: Sequence[Dict[str, np.ndarray]], progress: Optional[Callable[[int, int], None]] = None
-                      ) -> List[Dict[str, Any]]:
-    """Quantize each layer alone (``build([layer])`` returns the model proto) and measure the final
-    outputs against FP32 on ``feeds``. Sorted most sensitive first (lowest cosine)."""
+                      ref_outputs: Sequence[Dict[str, np.ndarray]], progress: Optional[Callable[[int, int], None]] = None,
+                      session: Callable[[Any], Any] = ort_session) -> List[Dict[str, Any]]:
+    """Quantize each layer alone (``build([layer])`` returns the model) and measure the final
+    outputs against FP32 on ``feeds``: the layer's own noise and how much of it reaches the outputs,
+    in one measurement. ``session(model)`` opens it (``get_outputs()``, ``run(names, feed)``: ONNX
+    Runtime's interface; a format adapter passes its own). Sorted most sensitive first (lowest
+    cosine, then SNR)."""
     rows = []
     for i, layer in enumerate(layers):
-        sess = ort_session(build([layer]))
+        sess = session(build([layer]))
         names = [o.name for o in sess.get_outputs()]
         accs = {n: OutputAccumulator() for n in names}
         for feed, ref in zip(feeds, ref_outputs):

@@ -18,7 +18,9 @@ detections ``[N, 4+C, A]`` / ``[N, A, 4+C]`` (A >> 4+C,   box mAP@0.5 vs FP32 (:
 scores     asked for (``--output-role``): a detector's    the same mAP with each anchor its own box
            score head ``[N, A, C]`` beside its box head   (recognised heads stay on cosine: too strict)
 mask       ``[N, 1, H, W]`` / ``[N, H, W, 1]`` in [0, 1]   mask IoU at 0.5
-classes    ``[N, C]`` (C > 1) or softmax rows ``[N,T,C]``  top-1 agreement (per row / position)
+classes    softmax rows ``[N, C]`` (C > 1), ``[N,T,C]``     top-1 agreement (per row / position)
+values     other ``[N, C]`` (C > 1): landmarks, logits    share of values within 2% of the output's
+                                                          FP32 range, at least 0.95
 log        a graph hint: the output is a Log (times a     mean absolute error in the output's units,
            constant: dB)                                  at most 0.5 dB
 embedding  ``[N, D]`` rows of unit L2 norm                mean per-sample cosine
@@ -157,6 +159,29 @@ class Classes(Role):
             total = sum(a.size for a, _ in pairs)
             same = sum(int((a == b).sum()) for a, b in pairs)
         return same / total if total else 1.0
+
+
+@register_role
+class Values(Role):
+    """Numbers that are the answer themselves (landmark coordinates, a regression, raw logits of a
+    2-D head): the share of elements whose INT8 value lies within ``tolerance`` (2%) of the FP32
+    output's range (over all the reference samples) of the FP32 value. A hand-landmark head's
+    ``[1, 63]`` pixel coordinates: 2% of their ~224 px spread, as its task reads them."""
+
+    name = "values"
+    metric = "share of values within 2% of the output's range vs FP32"
+    default_min = 0.95
+
+    def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        pairs = [(_f64(r), _f64(c)) for r, c in zip(reference, candidate) if np.shape(r) == np.shape(c)]
+        if not pairs:
+            return 1.0
+        lo = min(float(r.min()) for r, _ in pairs if r.size)
+        hi = max(float(r.max()) for r, _ in pairs if r.size)
+        tol = float(self.params.get("tolerance", 0.02)) * (hi - lo)
+        total = sum(r.size for r, _ in pairs)
+        near = sum(int((np.abs(r - c) <= tol).sum()) for r, c in pairs)
+        return near / total if total else 1.0
 
 
 @register_role
@@ -313,6 +338,9 @@ def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]])
     if x.dtype.kind in "iub" or x.ndim == 0:
         return "cosine", {}
     allv = np.concatenate([np.asarray(s, np.float64).ravel() for s in samples])
+    if x.ndim == 3 and x.shape[-1] > 1 and _distributions(x):
+        return "classes", {}                          # softmax rows per position (before the anchor test:
+        # a recognizer's [1, 40, 6625] has many more columns than rows, as a YOLO head has)
     if x.ndim == 3:
         a, b = x.shape[1], x.shape[2]
         small, large = min(a, b), max(a, b)
@@ -334,7 +362,11 @@ def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]])
         norms = np.linalg.norm(np.concatenate([np.asarray(s, np.float64) for s in samples]), axis=1)
         if x.shape[-1] >= 16 and np.allclose(norms, 1.0, atol=1e-2):
             return "embedding", {}
-        return "classes", {}
+        if _distributions(x):
+            return "classes", {}
+        # not a distribution: the values may be the answer (landmarks, a regression) or logits; the
+        # values' closeness bounds both (a top-1 over pixel coordinates means nothing)
+        return "values", {}
     return "cosine", {}
 
 

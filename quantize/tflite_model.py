@@ -8,15 +8,17 @@ kernels), and writes the result (the same int8 pass that writes converted ONNX m
 streamed), the calibration methods (:mod:`.methods`, ``auto`` included) and the default budget
 (cosine 0.99 vs the float model on held-out data, or the task metric) are the core's.
 
-With held-out data the float fallback goes through the core's doubling/bisecting
-:func:`~.fallback.search_fallback`, layers ranked by the error each adds in the INT8 model (its output's
-relative error minus its inputs'). Not done for TFLite input yet (the ONNX path has them): the 16x8
-fallback step, the own-noise x gain ranking, bias correction and the XNNPACK speed plan. A budget that
-does not hold is reported as a failure; the model is still written.
+Without ``--eval`` the core's guard holds out the last calibration samples (:mod:`.guard`), and the
+budget reads each output by its role (:mod:`.roles`), as on the ONNX path. The float fallback goes
+through the core's doubling/bisecting :func:`~.fallback.search_fallback`, layers ranked by
+:func:`rank_layers` (each quantized alone, measured at the outputs). Not done for TFLite input yet
+(the ONNX path has them): the 16x8 fallback step, bias correction and the XNNPACK speed plan. A
+budget that does not hold is reported as a failure; the model is still written.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
@@ -130,7 +132,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     from ..atomic import atomic_write
     from ..model import Model
     from ..sources import open_source
-    from .api import DEFAULT_MIN_COSINE, QuantizeResult
+    from .api import QuantizeResult
     from .methods import compute_range, get_method
     from .schemes import get_scheme
     from .schemes.base import QuantPlan
@@ -152,6 +154,21 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     names = adapter.activations()
     stats = CalibrationStats.empty(m.sha256, names)
     source = open_source(calib, m.inputs, cfg.preprocess, limit=cfg.calib_limit)
+    failures: List[str] = []
+    warned: List[str] = []
+    held = None
+    budget_report: Optional[Dict[str, Any]] = None
+    if cfg.eval_data is None and cfg.budget and cfg.guard:   # the core's guard (sdk.quantize.guard)
+        from .guard import split
+
+        source, held, why = split(source)
+        if held is None:
+            msg = f"accuracy was not checked: {why}; pass --eval with held-out data"
+            warned.append(msg)
+            warnings.warn(msg, stacklevel=3)
+            budget_report = {"checked": False, "why": why, "holds": None}
+            if cfg.strict:
+                failures.append(msg)
     tc = time.perf_counter()
     for feed, _ in source.samples():
         for row in _rows(feed):
@@ -166,15 +183,24 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     qparams = {n: _from_range(lo, hi) for n, (lo, hi) in ranges.items()}
     out_names = adapter.outputs()
     data, info = adapter.write(qparams, cfg.tflite_io)
-    failures: List[str] = []
     accuracy = None
     fallback: List[str] = []
-    if cfg.eval_data is not None:
-        ev = _Eval(cfg, m, adapter, out_names)
-        accuracy, failures = ev.check(data, DEFAULT_MIN_COSINE)
-        if failures and cfg.max_fallback != 0:
-            data, info, accuracy, failures, fallback = _fallback(cfg, adapter, ev, qparams, data, info, accuracy,
-                                                                 failures, DEFAULT_MIN_COSINE)
+    eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
+    if eval_src is not None:
+        from .api import _budget, _checked_on
+
+        ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
+        accuracy, fails = ev.check(data)
+        if fails and cfg.max_fallback != 0:
+            data, info, accuracy, fails, fallback = _fallback(cfg, adapter, ev, qparams, data, info, accuracy, fails)
+        failures += fails
+        b = ev.budget
+        budget_report = {"max_drop": b.max_drop, "min_cosine": b.min_cosine, "min_task_metric": b.min_task_metric,
+                         "min_top1_agreement": b.min_top1_agreement, "by_role": b.by_role,
+                         "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
+                         "checked": True, "checked_on": _checked_on(held, accuracy["samples"]),
+                         "roles": {k: r.describe() for k, r in ev.roles.items()},
+                         "holds": b.holds(accuracy) if b.active else None}
     report = {
         "model": {"path": str(m.origin) if m.origin else None, "sha256": m.sha256, "format": "tflite",
                   "weights_dequantized": adapter.info["dequantize_folded"], "custom_ops": adapter.info["custom_ops"],
@@ -183,15 +209,16 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         "calibration": {"samples": stats.samples, "time_s": round(calib_s, 3), "reused_statistics": None,
                         "tensors": len(names), "runtime": "LiteRT interpreter, every intermediate tensor readable"},
         "tflite": {"io": cfg.tflite_io, "bytes": len(data), **{k: v for k, v in info.items() if k != "notes"}},
-        "accuracy": accuracy, "warnings": list(info.get("notes", [])), "failures": failures,
+        "accuracy": accuracy, "warnings": warned + list(info.get("notes", [])), "failures": failures,
         "layers": {"quantized": info["ops_int8"], "quantizable": info["ops_int8"] + info["ops_float"],
                    "activations_with_qdq": len(qparams), "weights": info["ops_int8"], "weights_total":
                    info["ops_int8"] + info["ops_float"]},
         "bias_correction": {"corrected_layers": 0}, "fallback_layers": fallback,
-        "not_done_for_tflite_input": ["16x8 fallback (float only)", "ranking by own noise x gain (ranked by the "
-                                      "layer's output error in the INT8 model)", "bias correction", "speed plan"],
+        "not_done_for_tflite_input": ["16x8 fallback (float only)", "bias correction", "speed plan"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
+    if budget_report is not None:
+        report["budget"] = budget_report
     saved = None
     if output is not None:
         atomic_write(Path(output), data)
@@ -207,41 +234,48 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
 
 
 class _Eval:
-    """The held-out samples, the float model's outputs on them (once), and the budget check."""
+    """The held-out samples (``--eval`` or the guard's), the float model's outputs on them (once),
+    each output's role (:func:`~.roles.infer_roles`) and the budget check: the core's accumulators
+    (:class:`~.accuracy.OutputAccumulator`) and :class:`~.accuracy.Budget`, as on the ONNX path."""
 
-    def __init__(self, cfg: Any, m: Any, adapter: TFLiteAdapter, out_names: List[str]):
-        from ..sources import open_source
+    def __init__(self, cfg: Any, adapter: TFLiteAdapter, out_names: List[str], source: Any, budget: Any):
+        from .roles import infer_roles
 
-        self.cfg, self.adapter, self.out_names = cfg, adapter, out_names
+        self.cfg, self.adapter, self.out_names, self.budget = cfg, adapter, out_names, budget
         self.rows: List[Dict[str, np.ndarray]] = []
-        for feed, _ in open_source(cfg.eval_data, m.inputs, cfg.preprocess).samples():
+        for feed, _ in source.samples():
             self.rows.extend(_rows(feed))
         self.ref = [[adapter.run(r, out_names)[n] for n in out_names] for r in self.rows]
+        self.roles = infer_roles(out_names, [dict(zip(out_names, x)) for x in self.ref[:4]], None, cfg.output_roles)
 
-    def check(self, data: bytes, default_cos: float) -> Tuple[Dict[str, Any], List[str]]:
-        got = [_run_int8(data, r) for r in self.rows]
-        ref, cfg = self.ref, self.cfg
+    def evaluate(self, data: bytes, rows: Optional[int] = None) -> Dict[str, Any]:
+        """INT8 ``data`` against the float model on the first ``rows`` held-out samples (all: None)."""
+        from .accuracy import OutputAccumulator
+
+        ref = self.ref[:rows] if rows else self.ref
+        got = [_run_int8(data, r) for r in self.rows[:len(ref)]]
         outs: Dict[str, Any] = {}
         for k, n in enumerate(self.out_names):
-            r = np.concatenate([x[k].ravel() for x in ref]).astype(np.float64)
-            e = np.concatenate([x[k].ravel() for x in got]).astype(np.float64) - r
-            outs[n] = {"cosine": min(_cos(g[k], x[k]) for g, x in zip(got, ref)),
-                       "snr_db": float(10 * np.log10((r @ r + 1e-30) / (e @ e + 1e-30))),
-                       "max_abs_error": float(np.abs(e).max())}
-        acc: Dict[str, Any] = {"samples": len(ref), "outputs": outs}
-        failures: List[str] = []
-        if cfg.task_metric is not None:
-            tm = float(cfg.task_metric(ref, got))
-            acc["task_metric"] = tm
-            limit = cfg.min_task_metric if cfg.min_task_metric is not None else 0.99
-            if tm < limit:
-                failures.append(f"task metric {tm:.4f} < {limit} on the held-out data")
-        elif cfg.budget:
-            limit = cfg.min_cosine if cfg.min_cosine is not None else default_cos
-            worst = min(o["cosine"] for o in outs.values())
-            if worst < limit:
-                failures.append(f"output cosine {worst:.4f} < {limit} vs the float model on the held-out data")
-        return acc, failures
+            acc = OutputAccumulator()
+            for x, g in zip(ref, got):
+                acc.update(x[k], g[k].reshape(x[k].shape))
+            outs[n] = acc.result()
+            role = self.roles.get(n)
+            if role is not None:
+                outs[n].update({"role": role.name, "role_metric": role.metric, "role_min": role.min_score,
+                                "role_score": role.score([x[k] for x in ref], [g[k].reshape(x[k].shape)
+                                                                              for x, g in zip(ref, got)])})
+        result: Dict[str, Any] = {"samples": len(ref), "outputs": outs}
+        if self.cfg.task_metric is not None:
+            result["task_metric"] = float(self.cfg.task_metric(ref, got))
+        return result
+
+    def check(self, data: bytes) -> Tuple[Dict[str, Any], List[str]]:
+        result = self.evaluate(data)
+        b = self.budget
+        fails = [] if not b.active or b.holds(result) else [f"the accuracy budget ({b.describe()}) does not hold on "
+                                                           f"{result['samples']} held-out samples"]
+        return result, fails
 
     def layer_errors(self, data: bytes, n: int = 4) -> List[Tuple[str, float]]:
         """Each int8 op's *added* error in the INT8 model: the relative squared error of its output
@@ -286,18 +320,58 @@ class _Eval:
         return sorted(added.items(), key=lambda kv: -kv[1])
 
 
+class _Session:
+    """An INT8 ``.tflite`` behind the interface :func:`~.accuracy.layer_sensitivity` opens models with
+    (ONNX Runtime's ``get_outputs()`` / ``run(names, feed)``), outputs by the float model's names."""
+
+    def __init__(self, data: bytes, out_names: List[str]):
+        self.data, self.names = data, out_names
+
+    def get_outputs(self) -> List[Any]:
+        return [SimpleNamespace(name=n) for n in self.names]
+
+    def run(self, names: Any, feed: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+        return _run_int8(self.data, feed)
+
+
+#: above this many int8 layers the one-at-a-time ranking (one interpreter per layer) is skipped for
+#: the cheaper added-error ranking
+ONE_AT_A_TIME_MAX_LAYERS = 400
+
+
+def rank_layers(adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[float, int]], io: str,
+                data: bytes, samples: int = 4) -> List[str]:
+    """The INT8 layers (their output tensors), most harmful first: each one quantized alone, every
+    other layer float, measured at the outputs on ``samples`` held-out samples (the core's
+    :func:`~.accuracy.layer_sensitivity`): its own noise times what reaches the outputs, as the ONNX
+    path's own-noise x gain ranks them. Past :data:`ONE_AT_A_TIME_MAX_LAYERS` layers, by the error
+    each adds inside the full INT8 model (:meth:`_Eval.layer_errors`)."""
+    from .accuracy import layer_sensitivity
+
+    added = ev.layer_errors(data)
+    layers = [nm for nm, _ in added]
+    if len(layers) > ONE_AT_A_TIME_MAX_LAYERS:
+        return layers
+    everything = set(layers)
+    rows = ev.rows[:samples]
+    refs = [dict(zip(ev.out_names, x)) for x in ev.ref[:samples]]
+    ranked = layer_sensitivity(lambda keep: adapter.write(qparams, io, exclude=everything - set(keep))[0], layers,
+                               rows, refs, session=lambda d: _Session(d, ev.out_names))
+    return [r["layer"] for r in ranked]
+
+
 def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[float, int]], data: bytes,
-              info: Dict[str, Any], accuracy: Any, failures: List[str], default_cos: float) -> Tuple[Any, ...]:
-    """Keep the layers with the largest output error in float, the fewest that make the budget hold
-    (the core's doubling/bisecting :func:`~.fallback.search_fallback`)."""
+              info: Dict[str, Any], accuracy: Any, failures: List[str]) -> Tuple[Any, ...]:
+    """Keep the most harmful layers (:func:`rank_layers`) in float, the fewest that make the budget
+    hold (the core's doubling/bisecting :func:`~.fallback.search_fallback`)."""
     from .fallback import search_fallback
 
-    order = [nm for nm, _ in ev.layer_errors(data)]
+    order = rank_layers(adapter, ev, qparams, cfg.tflite_io, data)
     built: Dict[int, Tuple[bytes, Dict[str, Any], Any, List[str]]] = {}
 
     def holds(prefix: Any) -> Tuple[bool, Any]:
         d, inf = adapter.write(qparams, cfg.tflite_io, exclude=prefix)
-        acc, fails = ev.check(d, default_cos)
+        acc, fails = ev.check(d)
         built[len(prefix)] = (d, inf, acc, fails)
         return not fails, len(prefix)
 

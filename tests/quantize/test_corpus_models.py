@@ -130,3 +130,51 @@ def test_corpus_model_calib_only_is_guarded(fetched, name, tmp_path):
     unseen = corpus.sample_inputs(name, 24, seed=2)
     ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
     assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
+
+
+#: the float .tflite corpus models (``sdk quantize model.tflite``, the TFLite adapter): the least
+#: task metric vs the float model (landmarks within 2% of the input, mask IoU)
+TFLITE_BUDGET = {"mp-hand-landmark": 0.95, "mp-selfie-segmentation": 0.95}
+
+
+def _tflite_outputs(path, feeds):
+    from sdk.targets import get_target
+
+    with get_target("tflite").open(path) as s:
+        names = [o.name for o in s.outputs]
+        return [[s.run(f)[n] for n in names] for f in feeds]
+
+
+@pytest.mark.parametrize("name", list(TFLITE_BUDGET))
+def test_float_tflite_with_calibration_alone_keeps_the_task(name, tmp_path):
+    """``sdk quantize model.tflite --calib DATA`` and nothing else: the core's guard holds out the
+    last calibration samples and judges each output by its role (the landmarks by their values: by
+    top-1 over 63 coordinates they held with the task at 0.68); the task metric on other inputs
+    stays within budget, with layers ranked each quantized alone (54 of 63 in float before)."""
+    src = corpus.fetch([name])[name]
+    out = tmp_path / "q.tflite"
+    res = quantize(src, corpus.sample_inputs(name, 40, seed=0), output=out)
+    bud = res.report["budget"]
+    assert bud["checked"] and bud["holds"] is True and "held-out calibration samples" in bud["checked_on"], bud
+    unseen = corpus.sample_inputs(name, 16, seed=7)
+    got = corpus.metric(name, _tflite_outputs(src, unseen), _tflite_outputs(out, unseen))
+    assert got >= TFLITE_BUDGET[name], (got, res.report["fallback_layers"], res.report["accuracy"])
+    assert res.report["tflite"]["ops_int8"] > 0 and len(res.report["fallback_layers"]) < res.report["layers"]["quantizable"]
+
+
+@pytest.mark.parametrize("name", list(TFLITE_BUDGET))
+def test_tflite_default_budget_fails_wherever_the_task_metric_fails(name):
+    """Every layer in INT8, the default budget (each output by its role) and the task metric on the
+    same held-out inputs, as for the ONNX models above."""
+    from sdk.quantize.accuracy import Budget
+    from sdk.quantize.api import DEFAULT_MIN_COSINE, DEFAULT_MIN_TOP1
+
+    src = corpus.fetch([name])[name]
+    res = quantize(src, corpus.sample_inputs(name, 16, seed=0), eval_data=corpus.sample_inputs(name, 16, seed=1),
+                   budget=False, task_metric=f"corpus:{name}")
+    acc = res.report["accuracy"]
+    assert res.report["fallback_layers"] == [] and all("role" in o for o in acc["outputs"].values())
+    default = Budget(min_cosine=DEFAULT_MIN_COSINE, min_top1_agreement=DEFAULT_MIN_TOP1, by_role=True)
+    roles = {k: (o["role"], round(o["role_score"], 4)) for k, o in acc["outputs"].items()}
+    if acc["task_metric"] < TFLITE_BUDGET[name]:
+        assert not default.holds(acc), (acc["task_metric"], roles)

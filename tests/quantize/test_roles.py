@@ -34,11 +34,16 @@ def test_roles_recognised_from_shapes_and_values():
             "logits": rng.normal(0, 3, (1, 10)).astype(np.float32),
             "emb": (lambda e: e / np.linalg.norm(e, axis=1, keepdims=True))(rng.normal(0, 1, (2, 64))).astype(np.float32),
             "ctc": rng.normal(0, 3, (20, 1, 50)).astype(np.float32),
-            "feat": rng.normal(0, 1, (1, 16, 8, 8)).astype(np.float32)} for _ in range(3)]
+            "feat": rng.normal(0, 1, (1, 16, 8, 8)).astype(np.float32),
+            "probs": (lambda e: e / e.sum(1, keepdims=True))(rng.uniform(0, 1, (1, 10))).astype(np.float32),
+            # a recognizer's softmax per position, more classes than positions (PP-OCRv4: [1, 40, 6625])
+            "softmax_seq": (lambda e: e / e.sum(2, keepdims=True))(rng.uniform(0, 1, (1, 12, 400))).astype(np.float32)}
+           for _ in range(3)]
     roles = infer_roles(list(ref[0]), ref)
     got = {k: r.name for k, r in roles.items()}
     assert got == {"yolo": "detections", "yolo_t": "detections", "raw": "detections", "heads": "cosine",
-                   "mask": "mask", "logits": "classes", "emb": "embedding", "ctc": "classes", "feat": "cosine"}
+                   "mask": "mask", "logits": "values", "emb": "embedding", "ctc": "classes", "feat": "cosine",
+                   "probs": "classes", "softmax_seq": "classes"}
     assert roles["yolo"].params == {"layout": "channels", "boxes": "xywh"}
     assert roles["yolo_t"].params["layout"] == "anchors"
     assert roles["raw"].params["boxes"] == "anchor"        # log sizes, grid offsets: each anchor its own box
@@ -137,3 +142,22 @@ def test_an_output_shaped_like_an_input_beside_the_result_is_a_state():
     roles = infer_roles(["y", "stateN"], ref, output_hints(model(["y", "stateN"])))
     assert roles["stateN"].name == "state" and roles["stateN"].metric.startswith("cosine")
     assert infer_roles(["stateN"], ref)["stateN"].name == "classes"   # what the shape alone says
+
+
+def test_values_role_reads_landmark_coordinates_where_top1_and_cosine_do_not():
+    """[1, 63] pixel coordinates (MediaPipe's hand landmarks): INT8 noise of 3% of their range on
+    every value keeps the cosine above 0.99 and the argmax, yet no point is within 2% any more."""
+    from sdk.quantize.roles import Classes, Values
+
+    rng = np.random.default_rng(1)
+    ref = [rng.uniform(20, 200, (1, 63)).astype(np.float32) for _ in range(4)]
+    spread = max(float(r.max()) for r in ref) - min(float(r.min()) for r in ref)
+    bad = [r + np.float32(0.03 * spread) * np.sign(rng.normal(size=r.shape)).astype(np.float32) for r in ref]
+    good = [r + np.float32(0.005 * spread) * rng.normal(size=r.shape).astype(np.float32) for r in ref]
+    roles = infer_roles(["lm"], [{"lm": r} for r in ref])
+    assert roles["lm"].name == "values"
+    assert roles["lm"].score(ref, bad) < 0.05 < 0.95 <= roles["lm"].score(ref, good)
+    assert Classes().score(ref, [r + 0.0 for r in ref]) == 1.0 and Values().score(ref, ref) == 1.0
+    cos = sum(float((r * b).sum()) for r, b in zip(ref, bad)) / np.sqrt(
+        sum(float((r * r).sum()) for r in ref) * sum(float((b * b).sum()) for b in bad))
+    assert cos > 0.99
