@@ -32,9 +32,10 @@ def session(model: Any, threads: Optional[int] = None) -> Any:
     return ort.InferenceSession(src, sess_options=so, providers=[PROVIDER])
 
 
-def bench_command(model: str, threads: Optional[int], shapes: Mapping[str, Sequence[int]]) -> str:
+def bench_command(model: str, threads: Optional[int], shapes: Mapping[str, Sequence[int]],
+                  target: str = "onnxruntime") -> str:
     """The ``sdk bench`` line that times ``model`` as the speed check did."""
-    parts = ["sdk bench", model, "--target onnxruntime"] + ([f"--threads {threads}"] if threads else [])
+    parts = ["sdk bench", model, f"--target {target}"] + ([f"--threads {threads}"] if threads else [])
     parts += [f"--input-shape {k}={'x'.join(str(d) for d in v)}" for k, v in shapes.items()]
     return " ".join(parts)
 

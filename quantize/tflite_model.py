@@ -170,9 +170,11 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
             if cfg.strict:
                 failures.append(msg)
     tc = time.perf_counter()
+    first_row: Optional[Dict[str, np.ndarray]] = None
     for feed, _ in source.samples():
         for row in _rows(feed):
             stats.update(adapter.run(row), 1)
+            first_row = row if first_row is None else first_row
     calib_s = time.perf_counter() - tc
     if stats.samples == 0:
         raise QuantizationError("no calibration sample was read", "check --calib")
@@ -201,6 +203,8 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                          "checked": True, "checked_on": _checked_on(held, accuracy["samples"]),
                          "roles": {k: r.describe() for k, r in ev.roles.items()},
                          "holds": b.holds(accuracy) if b.active else None}
+    latency = _speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
+        first_row is not None else None
     report = {
         "model": {"path": str(m.origin) if m.origin else None, "sha256": m.sha256, "format": "tflite",
                   "weights_dequantized": adapter.info["dequantize_folded"], "custom_ops": adapter.info["custom_ops"],
@@ -214,11 +218,14 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                    "activations_with_qdq": len(qparams), "weights": info["ops_int8"], "weights_total":
                    info["ops_int8"] + info["ops_float"]},
         "bias_correction": {"corrected_layers": 0}, "fallback_layers": fallback,
-        "not_done_for_tflite_input": ["16x8 fallback (float only)", "bias correction", "speed plan"],
+        "not_done_for_tflite_input": ["16x8 fallback (float only)", "bias correction",
+                                      "speed plan (the speed is checked, not searched)"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
     if budget_report is not None:
         report["budget"] = budget_report
+    if latency is not None:
+        report["latency"] = latency
     saved = None
     if output is not None:
         atomic_write(Path(output), data)
@@ -231,6 +238,49 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     plan = QuantPlan(layers=[op.source or op.code for op in adapter.graph.ops])
     return QuantizeResult(model=saved, report=report, stats=stats, ranges=ranges, plan=plan, qparams={},
                           scheme=scheme, failures=failures)
+
+
+class _Timed:
+    """A TFLite session (the ``tflite`` target's, as ``sdk bench`` opens it) behind the ``run(names,
+    feed)`` call :func:`~.speed.latency_rounds` times."""
+
+    def __init__(self, session: Any):
+        self.session = session
+
+    def run(self, names: Any, feed: Mapping[str, np.ndarray]) -> Any:
+        return self.session.run(feed)
+
+
+def _speed_check(cfg: Any, m: Any, data: bytes, feed: Mapping[str, np.ndarray], failures: List[str]
+                 ) -> Dict[str, Any]:
+    """The float file and the INT8 one timed side by side on this host, as ``sdk bench --target
+    tflite`` runs them (LiteRT with its default XNNPACK delegate, ``--threads``): interleaved rounds,
+    the speedup the median of their ratios (:func:`~.speed.paired_speedup`), as on the ONNX path;
+    INT8 slower beyond :data:`~.speed.SLOWER_TOLERANCE` is a failure unless ``allow_slower``."""
+    from ..model import Model
+    from ..targets import get_target
+    from .speed import SLOWER_TOLERANCE, bench_command, latency_rounds, paired_speedup, speedup_interval
+
+    target = get_target("tflite", **({"threads": cfg.speed_threads} if cfg.speed_threads else {}))
+    float_s = target.open(m)
+    int8_s = target.open(Model(data=data, format="tflite"))
+    try:
+        rounds = latency_rounds([_Timed(float_s), _Timed(int8_s)], feed, rounds=9, round_s=0.1)
+    finally:
+        float_s.close()
+        int8_s.close()
+    fp_ms, q_ms = float(np.median(rounds[0])), float(np.median(rounds[1]))
+    speedup = paired_speedup(rounds)
+    shapes = {k: list(np.shape(v)) for k, v in feed.items()}
+    threads = cfg.speed_threads
+    if speedup and speedup * (1.0 + SLOWER_TOLERANCE) < 1.0 and not cfg.allow_slower:
+        failures.append(f"the INT8 model is slower than the float model on this host ({q_ms:.2f} vs {fp_ms:.2f} ms)"
+                        "; pass --allow-slower to accept it")
+    return {"runtime": f"{getattr(float_s, 'runtime', '') or 'LiteRT'} with XNNPACK (this host)",
+            "threads": threads if threads else "LiteRT default", "input_shapes": shapes, "rounds": len(rounds[0]),
+            "fp32_ms": round(fp_ms, 3), "int8_ms": round(q_ms, 3), "speedup": round(speedup, 3) if speedup else None,
+            "speedup_ci95": speedup_interval(rounds),
+            "bench_command": bench_command("MODEL.tflite", threads, shapes, target="tflite")}
 
 
 class _Eval:

@@ -82,7 +82,7 @@ def _run(path, feed):
 def test_tflite_model_quantizes_to_full_integer(tmp_path, fp16):
     src = _float_tflite(tmp_path, fp16)
     out = tmp_path / "int8.tflite"
-    res = quantize(src, _feeds(16, 0), output=out, eval_data=_feeds(8, 1))
+    res = quantize(src, _feeds(16, 0), output=out, eval_data=_feeds(8, 1), speed_check=False)
     assert res.ok, res.failures
     rep = res.report
     assert rep["target"] == "tflite" and rep["calibration"]["samples"] == 16
@@ -121,10 +121,10 @@ def test_cli_quantize_tflite_and_int8_io(tmp_path, capsys):
     src = _float_tflite(tmp_path)
     np.savez(tmp_path / "calib.npz", x=np.concatenate([f["x"] for f in _feeds(8, 0)]))
     out = tmp_path / "q.tflite"
-    code, stdout, stderr = run_cli(["quantize", src, "--calib", tmp_path / "calib.npz", "-o", out, "--io", "int8"],
-                                   capsys)
+    code, stdout, stderr = run_cli(["quantize", src, "--calib", tmp_path / "calib.npz", "-o", out, "--io", "int8",
+                                    "--allow-slower"], capsys)   # a 7-op model: its Q/DQ cost more than int8 saves
     assert code == 0, stderr
-    assert "target tflite" in stdout
+    assert "target tflite" in stdout and "latency on this host (ai_edge_litert" in stdout, stdout
     it = _interp(out)
     assert it.get_input_details()[0]["dtype"] == np.int8 and it.get_output_details()[0]["dtype"] == np.int8
     code, _, stderr = run_cli(["quantize", src, "--calib", tmp_path / "calib.npz", "-o", tmp_path / "q.onnx"], capsys)
@@ -132,3 +132,21 @@ def test_cli_quantize_tflite_and_int8_io(tmp_path, capsys):
     code, _, stderr = run_cli(["quantize", src, "--calib", tmp_path / "calib.npz", "-o", out, "--target", "tensorrt"],
                               capsys)
     assert code == 2 and "takes an ONNX model" in stderr
+
+
+def test_speed_check_times_both_files_as_bench_does_and_gives_the_verdict(tmp_path):
+    """The float file and the INT8 one, interleaved rounds through the tflite target (XNNPACK): the
+    speedup is the median of the rounds' ratios inside its own interval, and INT8 slower beyond the
+    tolerance is a failure unless allow_slower."""
+    from sdk.quantize.speed import SLOWER_TOLERANCE
+
+    src = _float_tflite(tmp_path)
+    res = quantize(src, _feeds(8, 0), output=tmp_path / "q.tflite", guard=False)
+    lat = res.report["latency"]
+    assert lat["rounds"] == 9 and lat["fp32_ms"] > 0 and lat["int8_ms"] > 0
+    assert lat["speedup_ci95"][0] <= lat["speedup"] <= lat["speedup_ci95"][1], lat
+    assert lat["bench_command"].startswith("sdk bench MODEL.tflite --target tflite")
+    slower = lat["speedup"] * (1 + SLOWER_TOLERANCE) < 1
+    assert any("slower than the float model" in f for f in res.failures) == slower, (lat, res.failures)
+    ok = quantize(src, _feeds(8, 0), guard=False, allow_slower=True)
+    assert not any("slower" in f for f in ok.failures) and "latency" in ok.report
