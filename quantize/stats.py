@@ -158,6 +158,7 @@ class TensorStats:
         self._extremes(lo, n_lo, hi, n_hi)
 
     def _add_channel_sums(self, x: np.ndarray, channel_axis: int) -> None:
+        channel_axis %= x.ndim   # -1: the last axis (TFLite's NHWC channels)
         if channel_axis == 1 and x.ndim >= 3 and x.flags.c_contiguous:
             # rows of one (sample, channel) summed in the data's type (pairwise: ~1e-7 relative),
             # then across samples in float64; twice as fast as one float64 reduction
@@ -346,11 +347,13 @@ class CalibrationStats:
     def names(self) -> List[str]:
         return list(self.tensors)
 
-    def update(self, outputs: Mapping[str, np.ndarray], samples: int) -> None:
+    def update(self, outputs: Mapping[str, np.ndarray], samples: int, channel_axis: int = 1) -> None:
+        """Add one batch of ``outputs`` (tensor name -> array) of ``samples`` samples; per-channel
+        sums along ``channel_axis`` (1: NCHW; -1: the channels-last tensors of a TFLite model)."""
         for name, arr in outputs.items():
             t = self.tensors.get(name)
             if t is not None:
-                t.update(arr)
+                t.update(arr, channel_axis)
         self.samples += samples
 
     def merge(self, other: "CalibrationStats") -> "CalibrationStats":

@@ -49,6 +49,8 @@ class TFLiteAdapter:
         self.graph, self.info = read_tflite(data)
         self.float_bytes = write_flatbuffer(self.graph, description="edgesdk float (weights float32)")
         self._interp: Any = None
+        #: input tensor -> per-channel calibration mean: the bias correction of every :meth:`write`
+        self.channel_means: Dict[str, np.ndarray] = {}
 
     def activations(self) -> List[str]:
         """The float activation tensors (the calibrated ones), graph inputs included."""
@@ -79,15 +81,26 @@ class TFLiteAdapter:
     def outputs(self) -> List[str]:
         return [self.graph.tensors[i].name for i in self.graph.outputs]
 
-    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = ()) -> Tuple[bytes, Dict[str, Any]]:
+    def weighted_inputs(self) -> List[str]:
+        """The activations CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED read: their per-channel
+        means feed the bias correction."""
+        g = self.graph
+        return sorted({g.tensors[op.inputs[0]].name for op in g.ops
+                       if op.code in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") and op.inputs
+                       and g.tensors[op.inputs[0]].data is None})
+
+    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = (),
+              channel_means: Optional[Mapping[str, np.ndarray]] = None) -> Tuple[bytes, Dict[str, Any]]:
         """The full-integer model with these activation scales/zero points; the ops writing the
-        tensors in ``exclude`` stay float (the fallback). The adapter's graph is left as it was."""
+        tensors in ``exclude`` stay float (the fallback); ``channel_means`` (input tensor -> its
+        per-channel calibration mean) turn on the bias correction. The adapter's graph is left as it was."""
         from ..targets.tflite.int8 import quantize_graph
         from ..targets.tflite.reader import read_tflite
         from ..targets.tflite.tflgraph import write_flatbuffer
 
         graph, _ = read_tflite(self.float_bytes)
-        lw = SimpleNamespace(g=graph, qparams=dict(qparams))
+        means = self.channel_means if channel_means is None else channel_means
+        lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(means))
         info = quantize_graph(lw, io=io, exclude=exclude)
         return write_flatbuffer(graph, description="edgesdk int8"), info
 
@@ -152,7 +165,8 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     m = model if isinstance(model, Model) else Model.load(model)
     adapter = TFLiteAdapter(m.to_bytes())
     names = adapter.activations()
-    stats = CalibrationStats.empty(m.sha256, names)
+    stats = CalibrationStats.empty(m.sha256, names,
+                                   channel_names=adapter.weighted_inputs() if cfg.bias_correction else ())
     source = open_source(calib, m.inputs, cfg.preprocess, limit=cfg.calib_limit)
     failures: List[str] = []
     warned: List[str] = []
@@ -173,7 +187,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     first_row: Optional[Dict[str, np.ndarray]] = None
     for feed, _ in source.samples():
         for row in _rows(feed):
-            stats.update(adapter.run(row), 1)
+            stats.update(adapter.run(row), 1, channel_axis=-1)
             first_row = row if first_row is None else first_row
     calib_s = time.perf_counter() - tc
     if stats.samples == 0:
@@ -183,7 +197,13 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     from ..targets.tflite.int8 import _from_range
 
     qparams = {n: _from_range(lo, hi) for n, (lo, hi) in ranges.items()}
+    means: Dict[str, np.ndarray] = {}
+    for n in names:
+        mean = stats.tensors[n].channel_mean()
+        if mean is not None:
+            means[n] = mean
     out_names = adapter.outputs()
+    adapter.channel_means = means   # every model written from here on is bias-corrected with them
     data, info = adapter.write(qparams, cfg.tflite_io)
     accuracy = None
     fallback: List[str] = []
@@ -217,9 +237,8 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         "layers": {"quantized": info["ops_int8"], "quantizable": info["ops_int8"] + info["ops_float"],
                    "activations_with_qdq": len(qparams), "weights": info["ops_int8"], "weights_total":
                    info["ops_int8"] + info["ops_float"]},
-        "bias_correction": {"corrected_layers": 0}, "fallback_layers": fallback,
-        "not_done_for_tflite_input": ["16x8 fallback (float only)", "bias correction",
-                                      "speed plan (the speed is checked, not searched)"],
+        "bias_correction": {"corrected_layers": info.get("bias_corrected", 0)}, "fallback_layers": fallback,
+        "not_done_for_tflite_input": ["16x8 fallback (float only)", "speed plan (the speed is checked, not searched)"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
     if budget_report is not None:

@@ -84,6 +84,7 @@ class _Pass:
         self.copies: Dict[Tuple[int, str], int] = {}
         self.new_ops: List[TFLOp] = []
         self.requantized = 0
+        self.bias_corrected = 0
 
     # -- quantization parameters of every float activation ------------------------------------
     def assign(self) -> None:
@@ -195,10 +196,39 @@ class _Pass:
         w = self.g.tensors[ins[w_slot]]
         assert w.quant is not None and b.data is not None
         s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)   # per channel, or one (FULLY_CONNECTED)
-        q = np.clip(np.round(b.data.astype(np.float64) / np.broadcast_to(s, b.data.shape)), -2**31, 2**31 - 1
-                    ).astype(np.int32)
+        bias = b.data.astype(np.float64)
+        shift = self._weight_shift(op, ins, w_slot)
+        if shift is not None:
+            bias = bias - shift
+            self.bias_corrected += 1
+        q = np.clip(np.round(bias / np.broadcast_to(s, b.data.shape)), -2**31, 2**31 - 1).astype(np.int32)
         ins[slot] = self.g.add_tensor(b.name + "/int32", q.shape, "int32", q,
                                       Quant(s.astype(np.float32), np.zeros(s.size, np.int64), 0))
+
+    def _weight_shift(self, op: TFLOp, ins: List[int], w_slot: int) -> Optional[np.ndarray]:
+        """Bias correction: the mean output shift ``(Wq - W) E[x]`` that the int8 weights cause, per
+        output channel, from the input's per-channel calibration means (``lw.channel_means``, the
+        channels-last axis); None where there are no means or the op is not a CONV_2D,
+        DEPTHWISE_CONV_2D or FULLY_CONNECTED (the borders' zero padding is left out, as on the ONNX
+        path)."""
+        means = getattr(self.lw, "channel_means", None) or {}
+        x = self.g.tensors[op.inputs[0]]
+        mean = means.get(x.name)
+        w, wq = self.g.tensors[op.inputs[w_slot]], self.g.tensors[ins[w_slot]]
+        if mean is None or w.data is None or wq.data is None or wq.quant is None:
+            return None
+        axis = _WEIGHT_SLOTS.get((op.code, w_slot))
+        scale = wq.quant.scale.astype(np.float64)
+        if axis is not None:
+            scale = scale.reshape([-1 if i == axis else 1 for i in range(w.data.ndim)])
+        err = wq.data.astype(np.float64) * scale - w.data.astype(np.float64)
+        mean = np.asarray(mean, np.float64)
+        if op.code in ("CONV_2D", "FULLY_CONNECTED") and err.shape[-1] == mean.size:
+            return err.reshape(err.shape[0], -1, mean.size).sum(axis=1) @ mean      # [O, kh*kw, I] . [I]
+        if op.code == "DEPTHWISE_CONV_2D" and err.shape[-1] % max(mean.size, 1) == 0:
+            mult = err.shape[-1] // mean.size                                        # [1, kh, kw, I*mult]
+            return err.reshape(-1, err.shape[-1]).sum(axis=0) * np.repeat(mean, mult)
+        return None
 
     def rewrite(self) -> None:
         g = self.g
@@ -309,5 +339,6 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = ()) -> Dict[str, A
         notes.append(f"{ops_float} ops stay float ({', '.join(floats)}): no int8 kernel or kept in float by the plan")
     return {"ops_int8": ops_int8, "ops_float": ops_float, "float_op_types": floats,
             "requantized_concat_inputs": p.requantized, "hard_swish_expanded": expanded,
+            "bias_corrected": p.bias_corrected,
             "quantize_ops": sum(1 for op in g.ops if op.code == "QUANTIZE"),
             "dequantize_ops": sum(1 for op in g.ops if op.code == "DEQUANTIZE"), "notes": notes}

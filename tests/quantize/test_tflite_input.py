@@ -150,3 +150,36 @@ def test_speed_check_times_both_files_as_bench_does_and_gives_the_verdict(tmp_pa
     assert any("slower than the float model" in f for f in res.failures) == slower, (lat, res.failures)
     ok = quantize(src, _feeds(8, 0), guard=False, allow_slower=True)
     assert not any("slower" in f for f in ok.failures) and "latency" in ok.report
+
+
+def test_bias_correction_takes_the_int8_weights_mean_shift_off_the_bias(tmp_path):
+    """The weights' int8 error times the input's channel means (from the calibration pass, channels
+    last) is taken off each CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED bias: in the written file
+    the first CONV_2D's dequantized bias is ``b - (Wq s_w - W) E[x]`` within one bias step; off, it is
+    ``b``; and the INT8 logits' mean error against the float model does not grow."""
+    from sdk.targets.tflite.reader import read_tflite
+
+    src = _float_tflite(tmp_path)
+    calib = [{"x": (f["x"] * 0.2 + 0.8).astype(np.float32)} for f in _feeds(16, 0)]   # inputs far from 0: E[x] matters
+    mean_x = np.mean([f["x"].reshape(-1, 3) for f in calib], axis=(0, 1)).astype(np.float64)
+    fg, _ = read_tflite(src.read_bytes())
+    conv = next(op for op in fg.ops if op.code == "CONV_2D")
+    w, b = fg.tensors[conv.inputs[1]].data.astype(np.float64), fg.tensors[conv.inputs[2]].data.astype(np.float64)
+    shift = {}
+    for bc in (False, True):
+        out = tmp_path / f"bc{int(bc)}.tflite"
+        res = quantize(src, calib, output=out, guard=False, speed_check=False, bias_correction=bc)
+        assert res.report["bias_correction"]["corrected_layers"] == (4 if bc else 0), res.report["bias_correction"]
+        it = _interp(out)
+        t = {d["index"]: d for d in it.get_tensor_details()}
+        op = next(o for o in it._get_ops_details() if o["op_name"] == "CONV_2D")
+        wq, bq = t[op["inputs"][1]], t[op["inputs"][2]]
+        s_w = wq["quantization_parameters"]["scales"].astype(np.float64)
+        w_int8 = it.get_tensor(wq["index"]).astype(np.float64) * s_w.reshape(-1, 1, 1, 1)
+        s_b = bq["quantization_parameters"]["scales"].astype(np.float64)
+        got = it.get_tensor(bq["index"]).astype(np.float64) * s_b
+        want = b - ((w_int8 - w).reshape(len(b), -1, 3).sum(axis=1) @ mean_x if bc else 0.0)
+        assert np.all(np.abs(got - want) <= s_b * 0.5 + 1e-9), (bc, got - want)
+        errs = [_run(out, f) - _run(src, f) for f in calib]
+        shift[bc] = float(np.abs(np.mean(errs, axis=0)).mean())
+    assert shift[True] <= shift[False] * 1.05, shift
