@@ -10,6 +10,7 @@ Runs on the board too: Python 3.8, NumPy and the TFLite runtime.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -151,7 +152,7 @@ class TFLiteSession(Session):
             data, builtin = None, None
             if self._source is not None:
                 rt, model = self._source
-                data = model if isinstance(model, (bytes, bytearray)) else open(model, "rb").read()
+                data = model if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
                 if "delegate" in message.lower():
                     builtin = rt.Interpreter(model_content=bytes(data), **rt.resolver_kwargs(False))
             got = explain_failure(message, self._interp, shapes, {p.name: p.index for p in self._in},
