@@ -622,14 +622,7 @@ class _Run:
             result = self._fallback(eval_src, run_eval, result, needs_fallback)
         self.accuracy_report = result
         holds = self.budget.holds(result) if self.budget.active else None
-        self.budget_report = {"max_drop": self.budget.max_drop, "min_cosine": self.budget.min_cosine,
-                              "min_task_metric": self.budget.min_task_metric,
-                              "min_top1_agreement": self.budget.min_top1_agreement,
-                              "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
-                              "checked": True, "checked_on": _checked_on(self.held_out, result["samples"]),
-                              "by_role": self.budget.by_role,
-                              "roles": {k: r.describe() for k, r in roles.items()},
-                              "holds": holds}
+        self.budget_report = budget_record(self.budget, cfg, self.held_out, result, roles)
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
@@ -891,6 +884,18 @@ def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
         arch, flags = (cfg.cpu_arch or host_arch).lower(), frozenset(cfg.cpu_flags or ())
         source = "given"
     return {"arch": arch, "flags": sorted(flags), "source": source}
+
+
+def budget_record(budget: Any, cfg: QuantizeConfig, held_out: Any, result: Mapping[str, Any],
+                  roles: Mapping[str, Any]) -> Dict[str, Any]:
+    """``report.budget`` of a checked run (ONNX and TFLite alike): the bounds, whether they are the
+    defaults, what they were checked on, each output's role and whether the budget holds."""
+    return {"max_drop": budget.max_drop, "min_cosine": budget.min_cosine, "min_task_metric": budget.min_task_metric,
+            "min_top1_agreement": budget.min_top1_agreement,
+            "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
+            "checked": True, "checked_on": _checked_on(held_out, result["samples"]), "by_role": budget.by_role,
+            "roles": {k: r.describe() for k, r in roles.items()},
+            "holds": budget.holds(result) if budget.active else None}
 
 
 def _checked_on(held_out: Any, samples: int) -> str:

@@ -12,8 +12,9 @@ Without ``--eval`` the core's guard holds out the last calibration samples (:mod
 budget reads each output by its role (:mod:`.roles`), as on the ONNX path. The float fallback goes
 through the core's doubling/bisecting :func:`~.fallback.search_fallback`, layers ranked by
 :func:`rank_layers` (each quantized alone, measured at the outputs). Not done for TFLite input yet
-(the ONNX path has them): the 16x8 fallback step, bias correction and the XNNPACK speed plan. A
-budget that does not hold is reported as a failure; the model is still written.
+(the ONNX path has them): the 16x8 fallback step and a speed-aware plan (bias correction is done,
+and the speed is checked side by side, not searched). A budget that does not hold is reported as a
+failure; the model is still written.
 """
 from __future__ import annotations
 
@@ -89,18 +90,16 @@ class TFLiteAdapter:
                        if op.code in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") and op.inputs
                        and g.tensors[op.inputs[0]].data is None})
 
-    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = (),
-              channel_means: Optional[Mapping[str, np.ndarray]] = None) -> Tuple[bytes, Dict[str, Any]]:
+    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = ()) -> Tuple[bytes, Dict[str, Any]]:
         """The full-integer model with these activation scales/zero points; the ops writing the
-        tensors in ``exclude`` stay float (the fallback); ``channel_means`` (input tensor -> its
-        per-channel calibration mean) turn on the bias correction. The adapter's graph is left as it was."""
+        tensors in ``exclude`` stay float (the fallback); biases corrected by :attr:`channel_means`
+        when set. The adapter's graph is left as it was."""
         from ..targets.tflite.int8 import quantize_graph
         from ..targets.tflite.reader import read_tflite
         from ..targets.tflite.tflgraph import write_flatbuffer
 
         graph, _ = read_tflite(self.float_bytes)
-        means = self.channel_means if channel_means is None else channel_means
-        lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(means))
+        lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(self.channel_means))
         info = quantize_graph(lw, io=io, exclude=exclude)
         return write_flatbuffer(graph, description="edgesdk int8"), info
 
@@ -116,13 +115,19 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def _run_int8(data: bytes, feed: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+def _int8_interpreter(data: bytes) -> Any:
+    """An allocated LiteRT interpreter (default delegate) of the INT8 ``data``, built once per model."""
     from ..formats.tflite import load_runtime, quiet_native_info
 
     rt = load_runtime()
     with quiet_native_info():
         it = rt.Interpreter(model_content=data, **rt.resolver_kwargs(True))
         it.allocate_tensors()
+    return it
+
+
+def _run_int8(it: Any, feed: Mapping[str, np.ndarray]) -> List[np.ndarray]:
+    """One sample through the INT8 interpreter ``it``: float in, float out (int8 ends converted)."""
     for d in it.get_input_details():
         x = np.asarray(feed[d["name"]], np.float32)
         if d["dtype"] == np.int8:
@@ -209,20 +214,14 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     fallback: List[str] = []
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
-        from .api import _budget, _checked_on
+        from .api import _budget, budget_record
 
         ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
         accuracy, fails = ev.check(data)
         if fails and cfg.max_fallback != 0:
             data, info, accuracy, fails, fallback = _fallback(cfg, adapter, ev, qparams, data, info, accuracy, fails)
         failures += fails
-        b = ev.budget
-        budget_report = {"max_drop": b.max_drop, "min_cosine": b.min_cosine, "min_task_metric": b.min_task_metric,
-                         "min_top1_agreement": b.min_top1_agreement, "by_role": b.by_role,
-                         "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
-                         "checked": True, "checked_on": _checked_on(held, accuracy["samples"]),
-                         "roles": {k: r.describe() for k, r in ev.roles.items()},
-                         "holds": b.holds(accuracy) if b.active else None}
+        budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles)
     latency = _speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
         first_row is not None else None
     report = {
@@ -317,12 +316,13 @@ class _Eval:
         self.ref = [[adapter.run(r, out_names)[n] for n in out_names] for r in self.rows]
         self.roles = infer_roles(out_names, [dict(zip(out_names, x)) for x in self.ref[:4]], None, cfg.output_roles)
 
-    def evaluate(self, data: bytes, rows: Optional[int] = None) -> Dict[str, Any]:
-        """INT8 ``data`` against the float model on the first ``rows`` held-out samples (all: None)."""
+    def evaluate(self, data: bytes) -> Dict[str, Any]:
+        """INT8 ``data`` against the float model on the held-out samples."""
         from .accuracy import OutputAccumulator
 
-        ref = self.ref[:rows] if rows else self.ref
-        got = [_run_int8(data, r) for r in self.rows[:len(ref)]]
+        ref = self.ref
+        it = _int8_interpreter(data)
+        got = [_run_int8(it, r) for r in self.rows]
         outs: Dict[str, Any] = {}
         for k, n in enumerate(self.out_names):
             acc = OutputAccumulator()
@@ -394,13 +394,13 @@ class _Session:
     (ONNX Runtime's ``get_outputs()`` / ``run(names, feed)``), outputs by the float model's names."""
 
     def __init__(self, data: bytes, out_names: List[str]):
-        self.data, self.names = data, out_names
+        self.interp, self.names = _int8_interpreter(data), out_names
 
     def get_outputs(self) -> List[Any]:
         return [SimpleNamespace(name=n) for n in self.names]
 
     def run(self, names: Any, feed: Mapping[str, np.ndarray]) -> List[np.ndarray]:
-        return _run_int8(self.data, feed)
+        return _run_int8(self.interp, feed)
 
 
 #: above this many int8 layers the one-at-a-time ranking (one interpreter per layer) is skipped for
