@@ -76,7 +76,11 @@ class OutputAccumulator:
     def result(self) -> Dict[str, float]:
         na, nb = math.sqrt(self.ref2), math.sqrt(self.out2)
         cos = 1.0 if na == nb == 0 else (0.0 if na == 0 or nb == 0 else self.dot / (na * nb))
-        snr = math.inf if self.noise == 0 else (-math.inf if self.ref2 == 0 else 10 * math.log10(self.ref2 / self.noise))
+        if not math.isfinite(cos):   # inf/NaN in an output (INT8 log(0)): no agreement, never a NaN that passes
+            cos = 0.0
+        ratio = self.ref2 / self.noise if self.noise else math.inf   # an INT8 log(0) makes noise inf
+        snr = math.inf if self.noise == 0 else (10 * math.log10(ratio) if ratio > 0 else
+                                                (-math.inf if ratio == 0 else math.nan))
         row = {"cosine": cos, "snr_db": snr, "max_abs_error": self.max_abs}
         if self.classifier and self.rows and not self.integer:
             row["top1_agreement"] = self.top1_same / self.rows

@@ -322,6 +322,9 @@ class QuantizeConfig:
     progress: Optional[ProgressFn] = None
     #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
     tflite_io: str = "float"
+    #: a float ``.tflite``'s fallback: ``int16`` (16x8 before float), ``float``, or ``auto`` (16x8 first
+    #: for ``tflite_io="int8"``, float otherwise: :func:`sdk.quantize.tflite_model.fallback_steps`)
+    fallback_precision: str = "auto"
 
 
 def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,

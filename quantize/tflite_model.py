@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -90,17 +90,18 @@ class TFLiteAdapter:
                        if op.code in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") and op.inputs
                        and g.tensors[op.inputs[0]].data is None})
 
-    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = ()) -> Tuple[bytes, Dict[str, Any]]:
+    def write(self, qparams: Mapping[str, Tuple[float, int]], io: str, exclude: Any = (),
+              int16: Any = ()) -> Tuple[bytes, Dict[str, Any]]:
         """The full-integer model with these activation scales/zero points; the ops writing the
-        tensors in ``exclude`` stay float (the fallback); biases corrected by :attr:`channel_means`
-        when set. The adapter's graph is left as it was."""
+        tensors in ``exclude`` stay float, those in ``int16`` run 16x8 (the fallback's two steps);
+        biases corrected by :attr:`channel_means` when set. The adapter's graph is left as it was."""
         from ..targets.tflite.int8 import quantize_graph
         from ..targets.tflite.reader import read_tflite
         from ..targets.tflite.tflgraph import write_flatbuffer
 
         graph, _ = read_tflite(self.float_bytes)
         lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(self.channel_means))
-        info = quantize_graph(lw, io=io, exclude=exclude)
+        info = quantize_graph(lw, io=io, exclude=exclude, int16=int16)
         return write_flatbuffer(graph, description="edgesdk int8"), info
 
 
@@ -164,6 +165,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         raise InputError(f"--io {cfg.tflite_io!r}", "use --io float or --io int8")
     if output is not None and Path(output).suffix.lower() != ".tflite":
         raise InputError(f"-o '{output}': a TFLite model quantizes to a .tflite file", "name the output *.tflite")
+    fallback_steps(cfg)     # a bad --fallback-precision: one line, before any work
     scheme = get_scheme("tflite")
     method = cfg.method or scheme.default_method
     get_method(method)
@@ -212,6 +214,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     data, info = adapter.write(qparams, cfg.tflite_io)
     accuracy = None
     fallback: List[str] = []
+    fallback_kind, fallback_why = fallback_steps(cfg)[0][0], ""
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
         from .api import _budget, budget_record
@@ -219,7 +222,8 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
         accuracy, fails = ev.check(data)
         if fails and cfg.max_fallback != 0:
-            data, info, accuracy, fails, fallback = _fallback(cfg, adapter, ev, qparams, data, info, accuracy, fails)
+            data, info, accuracy, fails, fallback, fallback_kind, fallback_why = _fallback(
+                cfg, adapter, ev, qparams, data, info, accuracy, fails)
         failures += fails
         budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles)
     latency = _speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
@@ -233,11 +237,14 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                         "tensors": len(names), "runtime": "LiteRT interpreter, every intermediate tensor readable"},
         "tflite": {"io": cfg.tflite_io, "bytes": len(data), **{k: v for k, v in info.items() if k != "notes"}},
         "accuracy": accuracy, "warnings": warned + list(info.get("notes", [])), "failures": failures,
-        "layers": {"quantized": info["ops_int8"], "quantizable": info["ops_int8"] + info["ops_float"],
+        "layers": {"quantized": info["ops_int8"], "int16": info.get("ops_int16", 0),
+                   "quantizable": info["ops_int8"] + info.get("ops_int16", 0) + info["ops_float"],
                    "activations_with_qdq": len(qparams), "weights": info["ops_int8"], "weights_total":
-                   info["ops_int8"] + info["ops_float"]},
+                   info["ops_int8"] + info.get("ops_int16", 0) + info["ops_float"]},
         "bias_correction": {"corrected_layers": info.get("bias_corrected", 0)}, "fallback_layers": fallback,
-        "not_done_for_tflite_input": ["16x8 fallback (float only)", "speed plan (the speed is checked, not searched)"],
+        "fallback": {"precision": fallback_kind if fallback else None, "why": fallback_why or None},
+        "layer_precision": layer_precision(data, fallback, fallback_why),
+        "not_done_for_tflite_input": ["speed plan (the speed is checked, not searched)"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
     if budget_report is not None:
@@ -256,6 +263,29 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     plan = QuantPlan(layers=[op.source or op.code for op in adapter.graph.ops])
     return QuantizeResult(model=saved, report=report, stats=stats, ranges=ranges, plan=plan, qparams={},
                           scheme=scheme, failures=failures)
+
+
+def layer_precision(data: bytes, fallback: Sequence[str], why: str) -> Dict[str, Dict[str, str]]:
+    """Each op of the written model (by its output tensor): ``{"precision": int8 | 16x8 | float, "why"}``."""
+    from ..targets.tflite.reader import read_tflite
+
+    g, _ = read_tflite(data)
+    moved = set(fallback)
+    out: Dict[str, Dict[str, str]] = {}
+    for op in g.ops:
+        if op.code in ("QUANTIZE", "DEQUANTIZE") or not op.outputs:
+            continue
+        t = g.tensors[op.outputs[0]]
+        name = t.name[:-len("/int16")] if t.name.endswith("/int16") else t.name
+        if t.dtype == "int8":
+            out[name] = {"precision": "int8", "why": "within the budget"}
+        elif t.dtype == "int16":
+            out[name] = {"precision": "16x8", "why": f"accuracy budget (sensitivity fallback): {why}"}
+        elif name in moved:
+            out[name] = {"precision": "float", "why": f"accuracy budget (sensitivity fallback): {why}"}
+        else:
+            out[name] = {"precision": str(t.dtype), "why": f"{op.code}: no int8 kernel, or a tensor left uncalibrated"}
+    return out
 
 
 class _Timed:
@@ -429,25 +459,59 @@ def rank_layers(adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[f
     return [r["layer"] for r in ranked]
 
 
+#: the fallback's precision steps, by ``QuantizeConfig.fallback_precision``
+FALLBACK_STEPS = {"int16": ("int16", "float"), "float": ("float",)}
+
+
+def fallback_steps(cfg: Any) -> Tuple[Tuple[str, ...], str]:
+    """The precisions the fallback tries, in order, and why. ``auto``: 16x8 first for an integer-only
+    model (``--io int8``: microcontrollers and NPUs have no float kernels), float for a model with
+    float I/O (LiteRT on a CPU runs 16x8 ops on its builtin kernels, outside XNNPACK: slower than float;
+    benchmarks/tflite_int8.py --int16 measures it)."""
+    want = getattr(cfg, "fallback_precision", "auto") or "auto"
+    if want not in ("auto", "int16", "float"):
+        raise InputError(f"--fallback-precision {want!r}", "use auto, int16 or float")
+    if want != "auto":
+        return FALLBACK_STEPS[want], f"--fallback-precision {want}"
+    if cfg.tflite_io == "int8":
+        return FALLBACK_STEPS["int16"], "integer-only model (--io int8): 16x8 before float"
+    return FALLBACK_STEPS["float"], ("float I/O: float layers run in XNNPACK, 16x8 ones on LiteRT's slower builtin "
+                                     "kernels (--fallback-precision int16 to prefer 16x8)")
+
+
 def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[float, int]], data: bytes,
               info: Dict[str, Any], accuracy: Any, failures: List[str]) -> Tuple[Any, ...]:
-    """Keep the most harmful layers (:func:`rank_layers`) in float, the fewest that make the budget
-    hold (the core's doubling/bisecting :func:`~.fallback.search_fallback`)."""
+    """Move the most harmful layers (:func:`rank_layers`) to higher precision, the fewest that make
+    the budget hold (the core's doubling/bisecting :func:`~.fallback.search_fallback`): 16x8 first
+    where :func:`fallback_steps` says so, float last. Returns ``(data, info, accuracy, failures,
+    layers, precision, why)``."""
     from .fallback import search_fallback
 
+    steps, why = fallback_steps(cfg)
     order = rank_layers(adapter, ev, qparams, cfg.tflite_io, data)
-    built: Dict[int, Tuple[bytes, Dict[str, Any], Any, List[str]]] = {}
+    built: Dict[Tuple[str, int], Tuple[bytes, Dict[str, Any], Any, List[str]]] = {}
 
-    def holds(prefix: Any) -> Tuple[bool, Any]:
-        d, inf = adapter.write(qparams, cfg.tflite_io, exclude=prefix)
-        acc, fails = ev.check(d)
-        built[len(prefix)] = (d, inf, acc, fails)
-        return not fails, len(prefix)
+    def holds_as(kind: str) -> Any:
+        def holds(prefix: Any) -> Tuple[bool, Any]:
+            d, inf = adapter.write(qparams, cfg.tflite_io, **({"int16": prefix} if kind == "int16" else
+                                                               {"exclude": prefix}))
+            acc, fails = ev.check(d)
+            built[(kind, len(prefix))] = (d, inf, acc, fails)
+            return not fails, len(prefix)
+        return holds
 
-    prefix, last, ok, _ = search_fallback(order, holds, limit=cfg.max_fallback)
-    if len(prefix) not in built:
-        return data, info, accuracy, failures, []
-    d, inf, acc, fails = built[len(prefix)]
+    tried: List[str] = []
+    for kind in steps:
+        prefix, last, ok, _ = search_fallback(order, holds_as(kind), limit=cfg.max_fallback)
+        tried.append(kind)
+        if ok:
+            break
+    if (kind, len(prefix)) not in built:
+        return data, info, accuracy, failures, [], kind, why
+    d, inf, acc, fails = built[(kind, len(prefix))]
     if not ok:
-        fails = fails + [f"the budget does not hold with {len(prefix)} layers kept in float"]
-    return d, inf, acc, fails, list(prefix)
+        fails = fails + [f"the budget does not hold with {len(prefix)} layers kept in "
+                         f"{' or '.join('16x8' if k == 'int16' else k for k in tried)}"]
+    elif kind == "float" and "int16" in tried:
+        why += f"; 16x8 did not hold with {min(len(order), cfg.max_fallback or len(order))} layers, so float"
+    return d, inf, acc, fails, list(prefix), kind, why

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from contextlib import contextmanager
@@ -102,6 +103,26 @@ def _check_finite(board: str, command: str, doc: Any, where: str = "") -> None:
             _check_finite(board, command, v, f"{where}[{i}]")
 
 
+def bench_timeout_s(runs: int, warmup: int, min_seconds: float, idle_seconds: float,
+                    s_per_inference: Optional[float] = None) -> float:
+    """How long a benchmark command may run on the board: the build pad, the idle wait, and the runs
+    at 0.5 s each, or at three times the seconds per inference the board showed for this model in
+    ``infer`` (an emulated aarch64 board takes minutes per inference of a detector)."""
+    per_run_s = max(0.5, 3.0 * s_per_inference) if s_per_inference else 0.5
+    return BENCH_TIMEOUT_PAD_S + idle_seconds + max(min_seconds, 0) * 3 + (runs + max(warmup, 0)) * per_run_s
+
+
+def _samples_in(npz: Path) -> int:
+    """The number of samples in an inputs file: the largest first dimension of its arrays, read from
+    the headers (0 if they cannot be read)."""
+    from ..sources import npz_shapes
+
+    try:
+        return max((s[0] for s in npz_shapes(npz).values() if s), default=1)
+    except (OSError, ValueError, EdgeSDKError, zipfile.BadZipFile):
+        return 0
+
+
 class Board:
     """A board from a profile (name, alias, ``.toml`` path or :class:`BoardProfile`).
 
@@ -124,6 +145,7 @@ class Board:
         self._transport: Optional[Transport] = None
         self._home: Optional[str] = None
         self._agent: Optional[Pushed] = None
+        self._s_per_inference: Dict[str, float] = {}   # model sha256 -> seconds one sample took in infer
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Board":
@@ -365,7 +387,8 @@ class Board:
         if early_stop is not None:
             request["early_stop"] = {"percentile": early_stop.percentile,
                                      "max_ci_width_pct": early_stop.max_ci_width_pct}
-        timeout = timeout_s or (BENCH_TIMEOUT_PAD_S + idle_seconds + max(min_seconds, 0) * 3 + runs * 0.5)
+        timeout = timeout_s or bench_timeout_s(runs, warmup, min_seconds, idle_seconds,
+                                               self._s_per_inference.get(pushed.sha256))
         result = BenchResult.from_dict(self.agent("bench", request, timeout_s=timeout), source=f"board '{self.name}'")
         result.board = self.info()
         result.model.update(path=pushed.local_path, sha256=pushed.sha256, remote_path=pushed.remote_path)
@@ -386,12 +409,16 @@ class Board:
         target = self._pick_target(pushed, target)
         out_remote = self._abs(f"{self.workdir.rstrip('/')}/data/out-{os.getpid()}-{threading.get_ident()}-"
                                f"{time.monotonic_ns()}.npz")
+        t0 = time.monotonic()
         self.agent("infer", {"model_path": self._abs(pushed.remote_path), "target": target,
                              "target_options": self.profile.runtime.target_options(target, target_options),
                              "inputs_npz": self._abs(inputs.remote_path), "outputs_npz": out_remote,
                              "cache_max_bytes": int(self.profile.connection.cache_max_mb * (1 << 20)),
                              **({"compress": True} if compress else {}), **({"carry": dict(carry)} if carry else {})},
                    timeout_s=timeout_s)
+        samples = _samples_in(Path(feeds_npz))
+        if samples:    # an upper bound (it includes loading the model): it sizes later timeouts
+            self._s_per_inference[pushed.sha256] = (time.monotonic() - t0) / samples
         with tempfile.TemporaryDirectory(prefix="edgesdk-infer-") as tmp:
             local = Path(tmp) / "outputs.npz"
             try:

@@ -299,6 +299,17 @@ def check_array_file(path: Union[str, "os.PathLike[str]"]) -> None:
             _check_declared(f, str(p), p.stat().st_size)
 
 
+def npz_shapes(path: Union[str, "os.PathLike[str]"]) -> Dict[str, Tuple[int, ...]]:
+    """The shape of each array of an ``.npz`` file, from the ``.npy`` headers alone (nothing loaded)."""
+    shapes: Dict[str, Tuple[int, ...]] = {}
+    with zipfile.ZipFile(str(path)) as zf:
+        for info in zf.infolist():
+            if info.filename.endswith(".npy"):
+                with zf.open(info) as f:
+                    shapes[info.filename[:-4]] = tuple(_read_npy_header(f, f"{path}[{info.filename}]")[0])
+    return shapes
+
+
 def _check_declared(f: Any, where: str, size: int) -> None:
     shape, _fortran, dtype, _ = _read_npy_header(f, where)
     if dtype.hasobject:

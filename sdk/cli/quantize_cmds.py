@@ -88,6 +88,9 @@ def quantize_cmd(
     ranges: Optional[str] = typer.Option(None, "--ranges", help="Write per-tensor quantization ranges as JSON here."),
     report: Optional[str] = typer.Option(None, "--report", help="Write the report JSON here ('-' for stdout)."),
     io: str = typer.Option("float", "--io", help="-o *.tflite: float or int8 model inputs/outputs."),
+    fallback_precision: str = typer.Option(
+        "auto", "--fallback-precision", help="A .tflite's sensitive layers: int16 (16x8, then float), float, or auto "
+                                             "(16x8 first with --io int8, else float)."),
 ) -> None:
     """Quantize an FP32 ONNX model to INT8 (QDQ) for a target, from calibration data streamed once."""
     from ..quantize.api import QuantizeConfig, quantize
@@ -133,7 +136,7 @@ def quantize_cmd(
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
         ranges_path=ranges, speed_check=not no_speed_check, speed_threads=threads, allow_slower=allow_slower,
-        progress=progress_cb, tflite_io=io)
+        progress=progress_cb, tflite_io=io, fallback_precision=fallback_precision)
     try:
         with warnings.catch_warnings():  # the report's warnings are printed below, once
             warnings.simplefilter("ignore", UserWarning)
@@ -215,7 +218,8 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         worst = ", ".join(f"{r['layer']} ({r['added_error']:.2e} x gain {r['gain']:.2g})" for r in rep["sensitivity"][:5])
         c.print(f"most sensitive layers (relative error they add x its gain to the outputs): {worst}")
     if rep.get("fallback_layers"):
-        c.print(f"kept in float: {', '.join(rep['fallback_layers'])}")
+        where = "in 16x8" if (rep.get("fallback") or {}).get("precision") == "int16" else "in float"
+        c.print(f"kept {where}: {', '.join(rep['fallback_layers'])}")
     balanced = [k for k, v in (rep.get("layer_precision") or {}).items() if "balanced" in v["precision"]]
     if balanced:
         c.print(f"INT8 with activation-weight balancing (instead of float): {', '.join(balanced)}")

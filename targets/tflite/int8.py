@@ -10,23 +10,30 @@ kernels read them:
 - bias int32 with scale ``s_in * s_w`` (per channel), zero point 0;
 - activations int8 asymmetric per tensor; LOGISTIC and SOFTMAX outputs fixed at (1/256, -128),
   TANH at (1/128, 0), LOG_SOFTMAX at (16/256, 127);
+- MAXIMUM and MINIMUM read all inputs at the output's scale (requantized, as CONCATENATION's);
 - the same scale on input and output of MAX_POOL_2D, AVERAGE_POOL_2D, RESHAPE, TRANSPOSE,
   STRIDED_SLICE, SPLIT_V, PAD, RESIZE_*, GATHER...; CONCATENATION inputs share the output's scale
   (an input with another one is requantized by a QUANTIZE op first);
 - an op with no int8 kernel, or a tensor the QDQ model left in float, stays float: DEQUANTIZE before
   it and QUANTIZE after it; graph inputs/outputs are float with QUANTIZE/DEQUANTIZE (``io="float"``)
   or int8 themselves (``io="int8"``, what the Edge TPU and microcontrollers take).
+
+16x8 (the fallback step before float, TFLite's "int16 activations, int8 weights" scheme): the ops named
+in ``int16`` read and write int16 activations, symmetric (zero point 0, scale ``max|range| / 32767`` from
+the same calibrated range), with the same int8 weights and an int64 bias at ``s_in * s_w``; LOGISTIC,
+TANH and SOFTMAX outputs fixed at (1/32768, 0); QUANTIZE ops convert between int8, int16 and float at
+their borders. Only the builtin kernels run them (XNNPACK takes no int16 activations).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from ...errors import ConversionError
 from .tflgraph import Quant, TFLGraph, TFLOp
 
-__all__ = ["quantize_graph", "INT8_OPS", "SAME_SCALE_OPS", "FIXED_OUTPUT"]
+__all__ = ["quantize_graph", "INT8_OPS", "INT16_OPS", "SAME_SCALE_OPS", "FIXED_OUTPUT", "FIXED_OUTPUT_16"]
 
 INT8_OPS = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
@@ -38,6 +45,17 @@ INT8_OPS = frozenset({
 SAME_SCALE_OPS = frozenset({"MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "SPLIT_V",
                             "PAD", "PADV2", "MIRROR_PAD", "RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR", "GATHER",
                             "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "REDUCE_MAX"})
+#: ops LiteRT's builtin kernels run with int16 activations and int8 weights (16x8); each one is run
+#: against float in tests/targets/test_tflite_int16.py
+INT16_OPS = frozenset({
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "ADD", "SUB", "MUL", "MAXIMUM", "MINIMUM",
+    "CONCATENATION", "MAX_POOL_2D", "AVERAGE_POOL_2D", "MEAN", "RESHAPE", "TRANSPOSE", "STRIDED_SLICE", "SPLIT_V",
+    "PAD", "PADV2", "RESIZE_NEAREST_NEIGHBOR", "RESIZE_BILINEAR", "LOGISTIC", "SOFTMAX", "TANH", "RELU", "RELU6",
+    "LEAKY_RELU", "GATHER", "BATCH_MATMUL", "REDUCE_MAX"})
+FIXED_OUTPUT_16 = {"LOGISTIC": (1.0 / 32768, 0), "TANH": (1.0 / 32768, 0), "SOFTMAX": (1.0 / 32768, 0)}
+#: ops whose kernel reads every input at the output's scale and zero point (the spec's "restriction:
+#: input and outputs must all have same scale/zero_point"): inputs requantized to it
+ONE_SCALE_OPS = frozenset({"CONCATENATION", "MAXIMUM", "MINIMUM"})
 FIXED_OUTPUT = {"LOGISTIC": (1.0 / 256, -128), "SOFTMAX": (1.0 / 256, -128), "TANH": (1.0 / 128, 0),
                 "LOG_SOFTMAX": (16.0 / 256, 127)}
 #: (op, input slot) -> the axis of per-channel weights (None: per tensor)
@@ -63,6 +81,13 @@ def _range(q: Tuple[float, int]) -> Tuple[float, float]:
     return (-128 - z) * s, (127 - z) * s
 
 
+def _to16(q: Tuple[float, int]) -> Tuple[float, int]:
+    """The int16 (symmetric) parameters of the range an int8 pair covers."""
+    lo, hi = _range(q)
+    amax = max(abs(lo), abs(hi))
+    return (amax / 32767.0 if amax > 0 else 1.0), 0
+
+
 def _weight(w: np.ndarray, axis: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
     if axis is None:
         amax = np.array([np.abs(w).max()])
@@ -77,9 +102,10 @@ def _weight(w: np.ndarray, axis: Optional[int]) -> Tuple[np.ndarray, np.ndarray]
 
 
 class _Pass:
-    def __init__(self, lw: Any, io: str, exclude: Any = ()):
+    def __init__(self, lw: Any, io: str, exclude: Any = (), int16: Any = ()):
         self.lw, self.g, self.io = lw, lw.g, io
         self.exclude = set(exclude)
+        self.int16 = set(int16) - self.exclude
         self.q: Dict[int, Tuple[float, int]] = {}
         self.copies: Dict[Tuple[int, str], int] = {}
         self.new_ops: List[TFLOp] = []
@@ -133,20 +159,29 @@ class _Pass:
         tt = self.g.tensors[t]
         return tt.data is None and tt.dtype == "float32"
 
-    def int8_op(self, op: TFLOp) -> bool:
+    def int16_op(self, op: TFLOp) -> bool:
+        if op.code not in INT16_OPS or not any(self.g.tensors[o].name in self.int16 for o in op.outputs):
+            return False
+        return self.int8_op(op, check_int16=False)
+
+    def int8_op(self, op: TFLOp, check_int16: bool = True) -> bool:
         if op.code not in INT8_OPS or any(self.g.tensors[o].name in self.exclude for o in op.outputs):
+            return False
+        if check_int16 and op.code in INT16_OPS and any(self.g.tensors[o].name in self.int16 for o in op.outputs):
             return False
         acts = [i for i in op.inputs if i >= 0 and self._is_act(i)] + [o for o in op.outputs if self._is_act(o)]
         return bool(acts) and all(a in self.q for a in acts)
 
     def _copy(self, t: int, kind: str) -> int:
-        """``t`` as int8 (QUANTIZE of a float tensor) or as float (DEQUANTIZE of an int8 one)."""
+        """``t`` as int8 or int16 (QUANTIZE of a float tensor, or a requantization of an integer one) or as
+        float (DEQUANTIZE of an integer one)."""
         key = (t, kind)
         if key in self.copies:
             return self.copies[key]
         g, src = self.g, self.g.tensors[t]
-        if kind == "int8":
-            c = g.add_tensor(src.name + "/int8", src.shape, "int8", quant=Quant.tensor(*self.q[t]))
+        if kind in ("int8", "int16"):
+            q = self.q[t] if kind == "int8" else _to16(self.q[t])
+            c = g.add_tensor(f"{src.name}/{kind}", src.shape, kind, quant=Quant.tensor(*q))
             self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=src.onnx))
         else:
             c = g.add_tensor(src.name + "/float", src.shape, "float32")
@@ -155,18 +190,18 @@ class _Pass:
         self.copies[key] = c
         return c
 
-    def _requant(self, t: int, want: Tuple[float, int]) -> int:
+    def _requant(self, t: int, want: Tuple[float, int], dtype: str = "int8") -> int:
         key = (t, f"rq{want}")
         if key not in self.copies:
             src = self.g.tensors[t]
-            c = self.g.add_tensor(src.name + "/requant", src.shape, "int8", quant=Quant.tensor(*want))
+            c = self.g.add_tensor(src.name + "/requant", src.shape, dtype, quant=Quant.tensor(*want))
             self.g.tensors[c].onnx, self.g.tensors[c].perm = src.onnx, src.perm
             self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=src.onnx))
             self.copies[key] = c
             self.requantized += 1
         return self.copies[key]
 
-    def _const_input(self, op: TFLOp, slot: int, t: int) -> int:
+    def _const_input(self, op: TFLOp, slot: int, t: int, bits: int = 8) -> int:
         g, tt = self.g, self.g.tensors[t]
         if (op.code, slot) in _SHAPE_SLOTS or tt.dtype != "float32":
             return t
@@ -179,6 +214,10 @@ class _Pass:
                                 Quant(s, np.zeros(s.size, np.int64), axis if axis is not None else 0))
         if op.code in _BIAS and slot == _BIAS[op.code][0]:
             raise AssertionError("bias handled by the op")  # pragma: no cover
+        if bits == 16:    # symmetric, as the int16 kernels read a constant operand
+            qv = _to16(self.q[op.inputs[0]]) if op.code == "PADV2" else _to16(_from_range(data.min(), data.max()))
+            q16 = np.clip(np.round(data / qv[0]), -32767, 32767).astype(np.int16)
+            return g.add_tensor(tt.name + "/int16", q16.shape, "int16", q16, Quant.tensor(*qv))
         if op.code == "PADV2":
             qv = self.q[op.inputs[0]]
             v = int(np.clip(np.round(float(data.reshape(-1)[0]) / qv[0] + qv[1]), -128, 127))
@@ -187,12 +226,13 @@ class _Pass:
         q = np.clip(np.round(data / scale + zp), -128, 127).astype(np.int8)
         return g.add_tensor(tt.name + "/int8", q.shape, "int8", q, Quant.tensor(scale, zp))
 
-    def _bias(self, op: TFLOp, ins: List[int]) -> None:
+    def _bias(self, op: TFLOp, ins: List[int], bits: int = 8) -> None:
+        """int32 bias (int8 activations) or int64 (16x8) at the scale ``s_in * s_w``."""
         slot, in_slot, w_slot = _BIAS[op.code]
         if len(op.inputs) <= slot or op.inputs[slot] < 0:
             return
         b = self.g.tensors[op.inputs[slot]]
-        s_in = self.q[op.inputs[in_slot]][0]
+        s_in = self.q[op.inputs[in_slot]][0] if bits == 8 else _to16(self.q[op.inputs[in_slot]])[0]
         w = self.g.tensors[ins[w_slot]]
         assert w.quant is not None and b.data is not None
         s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)   # per channel, or one (FULLY_CONNECTED)
@@ -201,8 +241,9 @@ class _Pass:
         if shift is not None:
             bias = bias - shift
             self.bias_corrected += 1
-        q = np.clip(np.round(bias / np.broadcast_to(s, b.data.shape)), -2**31, 2**31 - 1).astype(np.int32)
-        ins[slot] = self.g.add_tensor(b.name + "/int32", q.shape, "int32", q,
+        dtype, lim = ("int32", 2**31 - 1) if bits == 8 else ("int64", 2**47)
+        q = np.clip(np.round(bias / np.broadcast_to(s, b.data.shape)), -lim, lim).astype(dtype)
+        ins[slot] = self.g.add_tensor(f"{b.name}/{dtype}", q.shape, dtype, q,
                                       Quant(s.astype(np.float32), np.zeros(s.size, np.int64), 0))
 
     def _weight_shift(self, op: TFLOp, ins: List[int], w_slot: int) -> Optional[np.ndarray]:
@@ -239,8 +280,11 @@ class _Pass:
             else:
                 int8_ins.discard(t)
         int8_tensors = set(int8_ins)
+        int16_tensors: Set[int] = set()
         for op in g.ops:
-            if self.int8_op(op):
+            if self.int16_op(op):
+                self._rewrite16(op, int8_tensors, int16_tensors)
+            elif self.int8_op(op):
                 ins = list(op.inputs)
                 for k, t in enumerate(op.inputs):
                     if t < 0:
@@ -249,27 +293,30 @@ class _Pass:
                         if op.code in _BIAS and k == _BIAS[op.code][0]:
                             continue
                         ins[k] = self._const_input(op, k, t)
-                    elif self._is_act(t) and t not in int8_tensors:
+                    elif t in int16_tensors or (self._is_act(t) and t not in int8_tensors):
                         ins[k] = self._copy(t, "int8")
                 if op.code in _BIAS:
                     self._bias(op, ins)
-                if op.code == "CONCATENATION":
-                    want = self.q[op.outputs[0]]
-                    ins = [self._requant(t, want) if self._qof(t) != want else t for t in ins]
+                if op.code in ONE_SCALE_OPS:
+                    ins = self._one_scale(op, ins, self.q[op.outputs[0]], "int8")
                 op.inputs = ins
                 for t in op.outputs:
                     if self._is_act(t):
                         g.tensors[t].dtype, g.tensors[t].quant = "int8", Quant.tensor(*self.q[t])
                         int8_tensors.add(t)
             else:
-                op.inputs = [self._copy(t, "float") if t in int8_tensors else t for t in op.inputs]
+                op.inputs = [self._copy(t, "float") if t in int8_tensors or t in int16_tensors else t
+                             for t in op.inputs]
             self.new_ops.append(op)
         outs = []
         for t in g.outputs:
-            if t in int8_tensors and self.io == "float":
+            if self.io == "int8" and t not in int8_tensors and t in self.q and \
+                    (t in int16_tensors or self._is_act(t)):     # int8 I/O whatever precision made it
+                outs.append(self._to_int8_output(t))
+            elif (t in int8_tensors or t in int16_tensors) and self.io == "float":
                 tt = g.tensors[t]
                 name = tt.name
-                tt.name = name + "/int8"
+                tt.name = f"{name}/{tt.dtype}"
                 g._names[tt.name] = t
                 c = g.add_tensor(name + "/dequantized", tt.shape, "float32")
                 g.tensors[c].name = name
@@ -281,6 +328,70 @@ class _Pass:
                 outs.append(t)
         g.outputs = outs
         g.ops = self.new_ops
+
+    def _rewrite16(self, op: TFLOp, int8_tensors: Set[int], int16_tensors: Set[int]) -> None:
+        """``op`` as 16x8: int16 activations in and out, int8 weights, int64 bias."""
+        g = self.g
+        ins = list(op.inputs)
+        for k, t in enumerate(op.inputs):
+            if t < 0 or t in int16_tensors:
+                continue
+            if g.tensors[t].data is not None:
+                if op.code in _BIAS and k == _BIAS[op.code][0]:
+                    continue
+                ins[k] = self._const_input(op, k, t, bits=16)
+            elif t in int8_tensors or self._is_act(t):
+                ins[k] = self._copy(t, "int16")
+        if op.code in _BIAS:
+            self._bias(op, ins, bits=16)
+        acts = [t for t in ins if t >= 0 and g.tensors[t].dtype == "int16" and g.tensors[t].data is None]
+        if op.code in ONE_SCALE_OPS:
+            ins = self._one_scale(op, ins, _to16(self.q[op.outputs[0]]), "int16")
+        if op.code in ("ADD", "SUB"):
+            op.options = {**op.options, "potScaleInt16": False}   # general int16 scales, not powers of two
+        op.inputs = ins
+        for t in op.outputs:
+            if not self._is_act(t):
+                continue
+            if op.code in FIXED_OUTPUT_16:
+                q16 = FIXED_OUTPUT_16[op.code]
+            elif op.code in SAME_SCALE_OPS and acts:
+                q16 = self._qof(acts[0])
+            else:
+                q16 = _to16(self.q[t])
+            g.tensors[t].dtype, g.tensors[t].quant = "int16", Quant.tensor(*q16)
+            int16_tensors.add(t)
+
+    def _to_int8_output(self, t: int) -> int:
+        """A graph output made in int16 or float (the fallback's), given to an int8-I/O caller as int8
+        (its int8 parameters)."""
+        g = self.g
+        tt = g.tensors[t]
+        name = tt.name
+        tt.name = f"{name}/{tt.dtype}"
+        g._names[tt.name] = t
+        c = g.add_tensor(name + "/int8", tt.shape, "int8", quant=Quant.tensor(*self.q[t]))
+        g.tensors[c].name = name
+        g._names[name] = c
+        g.tensors[c].onnx, g.tensors[c].perm = tt.onnx, tt.perm
+        self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=tt.onnx))
+        return c
+
+    def _one_scale(self, op: TFLOp, ins: List[int], want: Tuple[float, int], dtype: str) -> List[int]:
+        """The inputs of an op whose kernel reads every input at the output's scale (CONCATENATION,
+        MAXIMUM, MINIMUM): constants quantized at it, activations with another one requantized."""
+        lim = 127 if dtype == "int8" else 32767
+        out = []
+        for orig, t in zip(op.inputs, ins):
+            src = self.g.tensors[orig] if orig >= 0 else None
+            if src is not None and src.data is not None and src.dtype == "float32":
+                q = np.clip(np.round(src.data.astype(np.float64) / want[0] + want[1]), -lim - (dtype == "int8"), lim)
+                out.append(self.g.add_tensor(f"{src.name}/{dtype}", q.shape, dtype, q.astype(dtype), Quant.tensor(*want)))
+            elif t >= 0 and self._qof(t) != want:
+                out.append(self._requant(t, want, dtype))
+            else:
+                out.append(t)
+        return out
 
     def _qof(self, t: int) -> Tuple[float, int]:
         qq = self.g.tensors[t].quant
@@ -315,15 +426,20 @@ def _expand_hard_swish(lw: Any, exclude: Any = ()) -> int:
     return n
 
 
-def quantize_graph(lw: Any, io: str = "float", exclude: Any = ()) -> Dict[str, Any]:
+def quantize_graph(lw: Any, io: str = "float", exclude: Any = (), int16: Any = ()) -> Dict[str, Any]:
     """Rewrite the lowered graph ``lw.g`` in place as int8 per the spec; returns counts for the record.
-    ``exclude``: names of op output tensors whose ops stay float (the fallback's layers).
+    ``exclude``: names of op output tensors whose ops stay float (the fallback's layers); ``int16``:
+    those whose ops run 16x8 (ops outside :data:`INT16_OPS` among them stay float).
 
     Raises :class:`ConversionError` when the graph carries no quantization (not a QDQ model)."""
     if not lw.qparams:
         raise ConversionError("the model has no activation Q/DQ: --int8 needs a QDQ model or calibration data")
-    expanded = _expand_hard_swish(lw, set(exclude))
-    p = _Pass(lw, io, exclude)
+    int16 = set(int16)
+    no16 = {lw.g.tensors[o].name for op in lw.g.ops if op.code not in INT16_OPS for o in op.outputs
+            if lw.g.tensors[o].name in int16}   # higher precision than int8 for these is float
+    exclude = set(exclude) | no16
+    expanded = _expand_hard_swish(lw, exclude | int16)
+    p = _Pass(lw, io, exclude, int16)
     p.assign()
     p.rewrite()
     g: TFLGraph = lw.g
@@ -332,12 +448,14 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = ()) -> Dict[str, A
                    any(g.tensors[o].dtype == "int8" for o in op.outputs))
     ops_float = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
                     any(g.tensors[o].dtype == "float32" for o in op.outputs))
+    ops_int16 = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
+                    any(g.tensors[o].dtype == "int16" for o in op.outputs))
     floats = sorted({op.code for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
                      any(g.tensors[o].dtype == "float32" for o in op.outputs)})
     notes = []
     if ops_float:
         notes.append(f"{ops_float} ops stay float ({', '.join(floats)}): no int8 kernel or kept in float by the plan")
-    return {"ops_int8": ops_int8, "ops_float": ops_float, "float_op_types": floats,
+    return {"ops_int8": ops_int8, "ops_int16": ops_int16, "ops_float": ops_float, "float_op_types": floats,
             "requantized_concat_inputs": p.requantized, "hard_swish_expanded": expanded,
             "bias_corrected": p.bias_corrected,
             "quantize_ops": sum(1 for op in g.ops if op.code == "QUANTIZE"),

@@ -948,8 +948,10 @@ HANDLERS.update({k: _reduce for k in _REDUCE})
 HANDLERS.update({k: _unary for k in _UNARY})
 
 
+#: ops whose builtin kernels apply a fused activation (CONCATENATION has the slot, but its kernel
+#: refuses any value but NONE: "params->activation != kTfLiteActNone" at prepare, without XNNPACK)
 _FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "TRANSPOSE_CONV",
-            "CONCATENATION", "AVERAGE_POOL_2D", "MAX_POOL_2D"}
+            "AVERAGE_POOL_2D", "MAX_POOL_2D"}
 _FUSED = {"RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 
 

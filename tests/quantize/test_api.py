@@ -141,6 +141,19 @@ def test_top1_agreement_per_position_of_a_recognizer():
     assert "top1_agreement" not in acc.result()
 
 
+def test_an_int8_output_with_inf_fails_the_budget_and_does_not_crash():
+    """An INT8 log-mel front end can take log(0) = -inf where FP32 had a small positive energy: the
+    accumulator once raised ``math domain error`` (log10 of 0) and stopped a no-flags quantize; the
+    output now scores no agreement (cosine 0, SNR -inf) and the budget fails."""
+    from sdk.quantize.accuracy import Budget, OutputAccumulator
+
+    acc = OutputAccumulator()
+    acc.update(np.full((1, 4), -3.0, np.float32), np.array([[-3.0, -np.inf, -3.0, -3.0]], np.float32))
+    row = acc.result()
+    assert row["cosine"] == 0.0 and row["snr_db"] == -np.inf and row["max_abs_error"] == np.inf
+    assert not Budget(min_cosine=0.99).holds({"outputs": {"mel": row}})
+
+
 def test_default_budget_and_nothing_quantized(residual_model, residual_calib, residual_eval):
     res = quantize(residual_model, residual_calib, eval_data=residual_eval, workers=1)
     assert res.report["budget"]["min_cosine"] == 0.99 and res.report["budget"]["default"] is True

@@ -34,6 +34,38 @@ def test_local_board_checks_and_benchmarks(local_board, conv_model):
     assert "power" in doc and "energy_mj_per_inference" in doc and "device" in doc
 
 
+def test_bench_timeout_scales_with_the_seconds_per_inference_a_board_showed():
+    """An emulated aarch64 board took 224 s per nudenet inference: 2 runs after 1 warm-up cannot fit
+    the fixed 0.5 s a run; the timeout then allows three times the seconds seen."""
+    from sdk.remote.board import BENCH_TIMEOUT_PAD_S, bench_timeout_s
+
+    fast = bench_timeout_s(runs=2, warmup=1, min_seconds=0, idle_seconds=1)
+    assert fast == BENCH_TIMEOUT_PAD_S + 1 + 3 * 0.5
+    assert bench_timeout_s(2, 1, 0, 1, s_per_inference=0.01) == fast     # fast models keep the floor
+    assert bench_timeout_s(2, 1, 0, 1, s_per_inference=224.0) == BENCH_TIMEOUT_PAD_S + 1 + 3 * 3 * 224.0
+
+
+def test_infer_records_the_seconds_per_inference_the_benchmark_timeout_reads(local_board, conv_model, tmp_path):
+    from sdk.remote.board import bench_timeout_s
+
+    np.savez(tmp_path / "in.npz", x=np.zeros((3, 3, 16, 16), np.float32))
+    timeouts = {}
+    with local_board as board:
+        agent = board.agent
+
+        def timed_agent(command, request, *, timeout_s=600.0):
+            timeouts[command] = timeout_s
+            return agent(command, request, timeout_s=timeout_s)
+
+        board.agent = timed_agent
+        board.infer(conv_model, tmp_path / "in.npz")
+        (per_s,) = board._s_per_inference.values()
+        board._s_per_inference = {k: 200.0 for k in board._s_per_inference}   # as an emulated board shows
+        board.benchmark(conv_model, runs=2, min_seconds=0, warmup=1, idle_seconds=0, input_shapes={"x": (1, 3, 16, 16)})
+    assert 0 < per_s < 60
+    assert timeouts["bench"] == bench_timeout_s(2, 1, 0, 0, s_per_inference=200.0)
+
+
 def test_profile_target_options_reach_the_board(client_home, tmp_path, monkeypatch, conv_model):
     """``[runtime.onnxruntime]`` in a profile is what the board opens the target with; options the
     caller passes win."""
