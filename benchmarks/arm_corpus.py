@@ -74,14 +74,14 @@ def main() -> None:
             src = Path(paths[name])
             cm = corpus.get(name)
             data = None
-            extra = {"input_shapes": dict(cm.input_shapes)} if cm.input_shapes else {}
+            extra: dict = {}
             if cm.input_values or cm.carry:   # a stream with fixed values: validate's seeded inputs, as the tier
-                extra.update(input_values=dict(cm.input_values), carry=dict(cm.carry) or None, limit=args.samples)
-            else:
+                extra = dict(input_shapes=dict(cm.input_shapes) or None, input_values=dict(cm.input_values),
+                             carry=dict(cm.carry) or None, limit=args.samples)
+            else:                             # corpus samples (their arrays fix the shapes)
                 feeds = corpus.sample_inputs(name, args.samples, seed=1)
                 data = tmp / f"{name}.npz"
                 np.savez(data, **{k: np.concatenate([f[k] for f in feeds]) for k in feeds[0]})
-                extra = {}
             ort_path = tmp / f"{name}.ort"
             convert(src, ort_path)
             row = {}

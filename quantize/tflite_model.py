@@ -214,7 +214,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     data, info = adapter.write(qparams, cfg.tflite_io)
     accuracy = None
     fallback: List[str] = []
-    fallback_kind, fallback_why = fallback_steps(cfg)[0][0], ""
+    fallback_kind = fallback_why = ""     # set by the fallback, when it runs
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
         from .api import _budget, budget_record
@@ -276,7 +276,8 @@ def layer_precision(data: bytes, fallback: Sequence[str], why: str) -> Dict[str,
         if op.code in ("QUANTIZE", "DEQUANTIZE") or not op.outputs:
             continue
         t = g.tensors[op.outputs[0]]
-        name = t.name[:-len("/int16")] if t.name.endswith("/int16") else t.name
+        suffix = f"/{t.dtype}"     # a graph output the writer renamed NAME/<dtype> (int8.py, _output_as)
+        name = t.name[:-len(suffix)] if t.name.endswith(suffix) else t.name
         if t.dtype == "int8":
             out[name] = {"precision": "int8", "why": "within the budget"}
         elif t.dtype == "int16":

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 13
 
 
-def _save(model: onnx.ModelProto, path: Path) -> Path:
+def save_checked(model: onnx.ModelProto, path: Path) -> Path:
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
@@ -42,7 +42,7 @@ def conv_net(path: Path, batch="N", size: int = 16, channels: int = 8, opset: in
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="edgesdk-tests")
     m.ir_version = 8
-    return _save(m, path)
+    return save_checked(m, path)
 
 
 def two_inputs(path: Path) -> Path:
@@ -56,7 +56,7 @@ def two_inputs(path: Path) -> Path:
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = 8
-    return _save(m, path)
+    return save_checked(m, path)
 
 
 def fp16_matmul(path: Path) -> Path:
@@ -70,7 +70,7 @@ def fp16_matmul(path: Path) -> Path:
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = 8
-    return _save(m, path)
+    return save_checked(m, path)
 
 
 def tiny_add(path: Path) -> Path:
@@ -81,7 +81,7 @@ def tiny_add(path: Path) -> Path:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [one])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = 8
-    return _save(m, path)
+    return save_checked(m, path)
 
 
 def fails_at_run(path: Path) -> Path:
@@ -95,4 +95,4 @@ def fails_at_run(path: Path) -> Path:
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
     m.ir_version = 8
-    return _save(m, path)
+    return save_checked(m, path)

@@ -160,14 +160,12 @@ class _Pass:
         return tt.data is None and tt.dtype == "float32"
 
     def int16_op(self, op: TFLOp) -> bool:
-        if op.code not in INT16_OPS or not any(self.g.tensors[o].name in self.int16 for o in op.outputs):
-            return False
-        return self.int8_op(op, check_int16=False)
+        """An op the plan names for 16x8 (``quantize_graph`` moved those outside :data:`INT16_OPS` to
+        ``exclude``) that could run int8: the rewrite asks this before :meth:`int8_op`."""
+        return any(self.g.tensors[o].name in self.int16 for o in op.outputs) and self.int8_op(op)
 
-    def int8_op(self, op: TFLOp, check_int16: bool = True) -> bool:
+    def int8_op(self, op: TFLOp) -> bool:
         if op.code not in INT8_OPS or any(self.g.tensors[o].name in self.exclude for o in op.outputs):
-            return False
-        if check_int16 and op.code in INT16_OPS and any(self.g.tensors[o].name in self.int16 for o in op.outputs):
             return False
         acts = [i for i in op.inputs if i >= 0 and self._is_act(i)] + [o for o in op.outputs if self._is_act(o)]
         return bool(acts) and all(a in self.q for a in acts)
@@ -312,18 +310,9 @@ class _Pass:
         for t in g.outputs:
             if self.io == "int8" and t not in int8_tensors and t in self.q and \
                     (t in int16_tensors or self._is_act(t)):     # int8 I/O whatever precision made it
-                outs.append(self._to_int8_output(t))
+                outs.append(self._output_as(t, "int8"))
             elif (t in int8_tensors or t in int16_tensors) and self.io == "float":
-                tt = g.tensors[t]
-                name = tt.name
-                tt.name = f"{name}/{tt.dtype}"
-                g._names[tt.name] = t
-                c = g.add_tensor(name + "/dequantized", tt.shape, "float32")
-                g.tensors[c].name = name
-                g._names[name] = c
-                g.tensors[c].onnx, g.tensors[c].perm = tt.onnx, tt.perm
-                self.new_ops.append(TFLOp("DEQUANTIZE", [t], [c], source=tt.onnx))
-                outs.append(c)
+                outs.append(self._output_as(t, "float32"))
             else:
                 outs.append(t)
         g.outputs = outs
@@ -362,30 +351,32 @@ class _Pass:
             g.tensors[t].dtype, g.tensors[t].quant = "int16", Quant.tensor(*q16)
             int16_tensors.add(t)
 
-    def _to_int8_output(self, t: int) -> int:
-        """A graph output made in int16 or float (the fallback's), given to an int8-I/O caller as int8
-        (its int8 parameters)."""
+    def _output_as(self, t: int, dtype: str) -> int:
+        """Graph output ``t`` handed to the caller as ``dtype`` (float32 for ``io="float"``, int8 for
+        ``io="int8"`` whatever precision made it): the new tensor takes the output's name, ``t`` is
+        renamed ``NAME/<its dtype>``, and a DEQUANTIZE or QUANTIZE joins them."""
         g = self.g
         tt = g.tensors[t]
         name = tt.name
         tt.name = f"{name}/{tt.dtype}"
         g._names[tt.name] = t
-        c = g.add_tensor(name + "/int8", tt.shape, "int8", quant=Quant.tensor(*self.q[t]))
+        quant = Quant.tensor(*self.q[t]) if dtype == "int8" else None
+        c = g.add_tensor(f"{name}/{dtype}", tt.shape, dtype, quant=quant)
         g.tensors[c].name = name
         g._names[name] = c
         g.tensors[c].onnx, g.tensors[c].perm = tt.onnx, tt.perm
-        self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=tt.onnx))
+        self.new_ops.append(TFLOp("QUANTIZE" if dtype == "int8" else "DEQUANTIZE", [t], [c], source=tt.onnx))
         return c
 
     def _one_scale(self, op: TFLOp, ins: List[int], want: Tuple[float, int], dtype: str) -> List[int]:
         """The inputs of an op whose kernel reads every input at the output's scale (CONCATENATION,
         MAXIMUM, MINIMUM): constants quantized at it, activations with another one requantized."""
-        lim = 127 if dtype == "int8" else 32767
+        lo, hi = (-128, 127) if dtype == "int8" else (-32767, 32767)
         out = []
         for orig, t in zip(op.inputs, ins):
             src = self.g.tensors[orig] if orig >= 0 else None
             if src is not None and src.data is not None and src.dtype == "float32":
-                q = np.clip(np.round(src.data.astype(np.float64) / want[0] + want[1]), -lim - (dtype == "int8"), lim)
+                q = np.clip(np.round(src.data.astype(np.float64) / want[0] + want[1]), lo, hi)
                 out.append(self.g.add_tensor(f"{src.name}/{dtype}", q.shape, dtype, q.astype(dtype), Quant.tensor(*want)))
             elif t >= 0 and self._qof(t) != want:
                 out.append(self._requant(t, want, dtype))

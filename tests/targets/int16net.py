@@ -1,7 +1,8 @@
 """A small ONNX graph with one node per op that LiteRT runs as 16x8 (tests/targets/test_tflite_int16.py)."""
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from tests.modelzoo import save_checked
 R = np.random.default_rng(3)
 def _w(*s, scale=0.3):
     return (R.standard_normal(s) * scale).astype(np.float32)
@@ -65,6 +66,4 @@ def net(path):
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, str(path))
-    return path
+    return save_checked(m, path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -14,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from sdk.errors import InputError
 from sdk.quantize import quantize
 from tests.clirun import run_cli
+from tests.modelzoo import save_checked
 
 pytest.importorskip("ai_edge_litert")
 
@@ -50,9 +50,7 @@ def _net(path) -> Any:
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, str(path))
-    return path
+    return save_checked(m, path)
 
 
 def _feeds(n: int, seed: int) -> List[Dict[str, np.ndarray]]:
