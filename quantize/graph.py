@@ -183,7 +183,7 @@ def _drop_unused_initializers(proto: Any) -> None:
 
 #: ops an output may pass through after a Log and stay a log-scale value (times a constant)
 _LOG_TAIL = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Add", "Sub", "Mul", "Div",
-             "Max", "Clip")
+             "Max", "Min", "Clip")
 
 
 def output_hints(proto: Any) -> Dict[str, Dict[str, Any]]:
@@ -206,6 +206,10 @@ def output_hints(proto: Any) -> Dict[str, Dict[str, Any]]:
             if node is None or node.op_type == "Log" or node.op_type not in _LOG_TAIL:
                 break
             data = [i for i in node.input if i and i not in consts]
+            if node.op_type in ("Clip", "Max", "Min") and data:
+                # a clamp keeps the units, whatever its bounds: Clip's data is input 0, and a bound
+                # made from the value itself (AmplitudeToDB's top_db: clip(x, max(x) - 80)) is in them
+                data = [node.input[0]] if node.op_type == "Clip" else data[:1]
             if len(data) != 1:
                 node = None
                 break

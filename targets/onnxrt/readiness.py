@@ -28,7 +28,7 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ...errors import InputError, MissingDependencyError, UnsupportedModelError
 from ...registry import Registry
@@ -183,23 +183,59 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]], tm
     return shaped, m.name
 
 
-def _node_key(node: Any, i: int) -> str:
-    return node.name or f"{node.op_type}#{i}"
+def _node_key(node: Any, i: int, prefix: str = "") -> str:
+    return node.name or f"{prefix}{node.op_type}#{i}"
 
 
-def _reasons(graph: Any, checker: Any, rules: EpRules, require_fixed: bool) -> Dict[int, List[str]]:
-    """Per node (by position), why the usability checker's rules leave it to the CPU: the same three
-    tests as ``_check_partitioning_for_graph`` (op in the table; every input, even an empty optional
-    one, of fixed shape when fixed shapes are required; input rank <= max_rank, and a Transpose's
-    perm length), with the same value info (graph inputs, outputs and inferred value_info, used only
-    when fixed shapes are required)."""
+@dataclass
+class _Scope:
+    """One graph the checker walks (the main graph, then each If/Loop/Scan body under it, depth first,
+    as ``check_partitioning``'s ``_check_graph`` recurses): ``prefix`` names it (``If_0/then_branch/``),
+    ``value_info`` and ``outer_inits`` are what the checker sees there."""
+
+    graph: Any
+    prefix: str
+    value_info: Dict[str, Any]
+    outer_inits: Set[str]
+
+
+def _scopes(main: Any, require_fixed: bool) -> List[_Scope]:
+    """The graphs in the checker's order with its value-info scoping: the main graph's value info only
+    when fixed shapes are required, a subgraph's always (the checker passes its parent's dict down,
+    empty or not, and extends it with the subgraph's own values)."""
+    out: List[_Scope] = []
+
+    def visit(graph: Any, prefix: str, outer: Optional[Dict[str, Any]], outer_inits: Set[str]) -> None:
+        value_info: Dict[str, Any] = {}
+        if outer is not None:
+            value_info = dict(outer)
+            for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+                value_info[v.name] = v
+        out.append(_Scope(graph, prefix, value_info, set(outer_inits)))
+        inner_inits = set(outer_inits) | {i.name for i in graph.initializer}
+        for i, node in enumerate(graph.node):
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    visit(attr.g, f"{prefix}{_node_key(node, i, prefix)}/{attr.name}/", value_info, inner_inits)
+
+    visit(main, "", {} if require_fixed else None, set())
+    return out
+
+
+def _reasons(scope: _Scope, checker: Any, rules: EpRules, require_fixed: bool) -> Dict[int, List[str]]:
+    """Per node of one scope (by position), why the usability checker's rules leave it to the CPU: the
+    same three tests as ``_check_partitioning_for_graph`` (op in the table; every input, even an empty
+    optional one, of fixed shape when fixed shapes are required, value info before initializers; input
+    rank <= max_rank where there is value info, and a Transpose's perm length)."""
     from onnxruntime.tools.onnx_model_utils import is_fixed_size_tensor
 
-    value_info: Dict[str, Any] = {}
-    if require_fixed:
-        for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-            value_info[v.name] = v
-    inits = {i.name for i in graph.initializer}
+    graph = scope.graph
+    value_info = scope.value_info
+    inits = {i.name for i in graph.initializer} | scope.outer_inits
+
+    def fixed(x: str) -> bool:
+        return is_fixed_size_tensor(value_info[x]) if x in value_info else x in inits
+
     out: Dict[int, List[str]] = {}
     for i, node in enumerate(graph.node):
         why: List[str] = []
@@ -207,8 +243,7 @@ def _reasons(graph: Any, checker: Any, rules: EpRules, require_fixed: bool) -> D
         if op not in checker._ops:
             why.append(f"op {op} is not in the {rules.name} support table")
         if require_fixed:
-            dyn = [x for x in node.input
-                   if not ((x in value_info and is_fixed_size_tensor(value_info[x])) or x in inits)]
+            dyn = [x for x in node.input if not fixed(x)]
             if dyn:
                 shown = ", ".join(repr(x) if x else "(empty optional input)" for x in dyn[:3])
                 why.append(f"input {shown} has a dynamic or unknown shape")
@@ -252,19 +287,19 @@ def ep_readiness(model: Union[str, "os.PathLike[str]", Any], ep: str,
         graph = shaped.graph
         dynamic, _ = uc.check_shapes(graph)
         info, checker = _check(graph, rules, rules.require_fixed_shapes)
-        reasons = _reasons(graph, checker, rules, rules.require_fixed_shapes)
-        where: Dict[int, int] = {}
-        positions = {id(n): i for i, n in enumerate(graph.node)}
-        for p, group in enumerate(info.supported_groups):
-            for n in group:
-                if id(n) in positions:
-                    where[positions[id(n)]] = p
+        # every node the checker counts, main graph first, then each subgraph under its node
+        walked: List[Tuple[Any, str, List[str]]] = []
+        for scope in _scopes(graph, rules.require_fixed_shapes):
+            reasons = _reasons(scope, checker, rules, rules.require_fixed_shapes)
+            for i, node in enumerate(scope.graph.node):
+                walked.append((node, _node_key(node, i, scope.prefix), reasons.get(i, [])))
+        key = {id(node): k for node, k, _ in walked}
+        where = {id(n): p for p, group in enumerate(info.supported_groups) for n in group}
         nodes = []
-        for i, node in enumerate(graph.node):
-            ok = i in where
-            why = [] if ok else (reasons.get(i) or ["left out by the checker's partitioning (no rule fired)"])
-            nodes.append(NodeReadiness(_node_key(node, i), f"{node.domain or 'ai.onnx'}:{node.op_type}", ok,
-                                       where.get(i), why))
+        for node, k, reasons_of in walked:
+            ok = id(node) in where
+            why = [] if ok else (reasons_of or ["left out by the checker's partitioning (no rule fired)"])
+            nodes.append(NodeReadiness(k, f"{node.domain or 'ai.onnx'}:{node.op_type}", ok, where.get(id(node)), why))
         fixed = None
         if dynamic and rules.require_fixed_shapes:
             relaxed, _ = _check(graph, rules, False)
@@ -280,7 +315,7 @@ def ep_readiness(model: Union[str, "os.PathLike[str]", Any], ep: str,
                + ("" if rules.shipped_table else ", edgesdk's XNNPACK table from the EP source"),
         table=rules.table if rules.shipped_table else "ep_tables/xnnpack_supported_ops.md",
         num_nodes=info.num_nodes, supported_nodes=info.num_supported_nodes,
-        partitions=[[_node_key(n, positions.get(id(n), -1)) for n in g] for g in info.supported_groups],
+        partitions=[[key.get(id(n), n.name) for n in g] for g in info.supported_groups],
         nodes=nodes, unsupported_ops=sorted(info.unsupported_ops), caveats=checker.get_caveats(),
         dynamic_inputs=[v.name for v in dynamic], suitability=info.suitability().name if info.num_nodes else "NO",
         if_fixed_shapes=fixed, assignment=assignment, assignment_note=note, fallback_counts=counts,

@@ -233,38 +233,74 @@ def _explicit_pad(lw: Lowering, x: int, name: str, pads: Sequence[int], value: f
     return y
 
 
+#: the layout of a 1-D convolution's activations inside the file: ``[N, L, C]`` (ONNX ``[N, C, L]``)
+NLC: Tuple[int, ...] = (0, 2, 1)
+
+
 def _conv(lw: Lowering, node: Any) -> None:
     x, wname = node.input[0], node.input[1]
     if not lw.is_const(wname):
         raise lw.fail("the weights are not constant (TFLite's CONV_2D takes constant filters)", "W")
     w = lw.const(wname).astype(np.float32)
+    if w.ndim == 3:
+        return _conv1d(lw, node, w)
     if w.ndim != 4:
-        raise lw.fail(f"{w.ndim - 2}-D convolution (only 2-D converts)", "kernel_shape")
+        raise lw.fail(f"{w.ndim - 2}-D convolution (1-D and 2-D convert)", "kernel_shape")
     o_ch, i_per_g, kh, kw = w.shape
-    group = int(_attr(node, "group", 1))
     s = list(_attr(node, "strides", [1, 1]))
     d = list(_attr(node, "dilations", [1, 1]))
     in_shape = lw.shape(x)
-    out_shape = lw.shape(node.output[0])
     pads = _pads_attr(lw, node, in_shape[2:], (kh, kw), s, d)
+    y = lw.out(node.output[0], NHWC)
+    _emit_conv(lw, node, lw.get(x, NHWC), y, w, in_shape, lw.shape(node.output[0]), s, d, pads)
+
+
+def _conv1d(lw: Lowering, node: Any, w: np.ndarray) -> None:
+    """A 1-D Conv ``[N, C, L]`` as TFLite does it (TensorFlow's Conv1D lowers the same way): the
+    activations held ``[N, L, C]``, reshaped to ``[N, 1, L, C]``, one CONV_2D (or DEPTHWISE) with a
+    ``1 x K`` filter, reshaped back to ``[N, L', O]``."""
+    x = node.input[0]
+    (n, c, length), (_, o_ch, out_len) = lw.shape(x), lw.shape(node.output[0])
+    s, d = [1] + list(_attr(node, "strides", [1])), [1] + list(_attr(node, "dilations", [1]))
+    auto = _attr(node, "auto_pad", "NOTSET")
+    if auto in ("NOTSET", "VALID"):
+        p = [0, 0] if auto == "VALID" else list(_attr(node, "pads", [0, 0]))
+    else:
+        total = max((out_len - 1) * s[1] + (w.shape[2] - 1) * d[1] + 1 - length, 0)
+        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        p = [lo, total - lo]
+    base = node.name or node.output[0]
+    x4 = lw.g.add_tensor(f"{base}/input_1xL", (n, 1, length, c))
+    lw.tag(x4, "", NHWC)   # a reshaped copy holds no ONNX tensor
+    lw.op("RESHAPE", [lw.get(x, NLC), lw.ints((n, 1, length, c), f"{base}/shape_1xL")], [x4], "ReshapeOptions",
+          newShape=[n, 1, length, c])
+    y4 = lw.g.add_tensor(f"{base}/output_1xL", (n, 1, out_len, o_ch))
+    lw.tag(y4, node.output[0], None)   # the conv's own output: its quantization is the ONNX tensor's
+    _emit_conv(lw, node, x4, y4, w[:, :, None, :], (n, c, 1, length), (n, o_ch, 1, out_len), s, d,
+               [0, p[0], 0, p[1]])
+    y = lw.out(node.output[0], NLC)
+    lw.op("RESHAPE", [y4, lw.ints((n, out_len, o_ch), f"{base}/shape_L")], [y], "ReshapeOptions",
+          newShape=[n, out_len, o_ch])
+
+
+def _emit_conv(lw: Lowering, node: Any, xt: int, y: int, w: np.ndarray, in_shape: Sequence[int],
+               out_shape: Sequence[int], s: Sequence[int], d: Sequence[int], pads: Sequence[int]) -> None:
+    """CONV_2D / DEPTHWISE_CONV_2D of the NHWC tensor ``xt`` into ``y`` with the ONNX filter ``w``
+    ``[O, I/group, kh, kw]`` and ``pads`` ``[top, left, bottom, right]``."""
+    o_ch, i_per_g, kh, kw = w.shape
+    group = int(_attr(node, "group", 1))
     padding, explicit = _spatial_padding(lw, in_shape[2:], out_shape[2:], (kh, kw), s, d, pads)
-    xt = lw.get(x, NHWC)
     if any(explicit):
         xt = _explicit_pad(lw, xt, node.name or node.output[0], explicit)
     b = lw.const(node.input[2]).astype(np.float32) if len(node.input) > 2 and node.input[2] else np.zeros(o_ch, np.float32)
     base = node.name or node.output[0]
-    y = lw.out(node.output[0], NHWC)
     c_in = in_shape[1]
-    if group == 1:
-        wt = lw.g.const(f"{base}/filter", w.transpose(0, 2, 3, 1))
-        lw.op("CONV_2D", [xt, wt, lw.g.const(f"{base}/bias", b)], [y], "Conv2DOptions", padding=padding,
-              strideW=s[1], strideH=s[0], dilationWFactor=d[1], dilationHFactor=d[0], fusedActivationFunction=0)
-    elif group == c_in and i_per_g == 1:
+    if group == c_in and i_per_g == 1 and group != 1:
         wt = lw.g.const(f"{base}/filter", w.reshape(o_ch, kh, kw).transpose(1, 2, 0)[None])
         lw.op("DEPTHWISE_CONV_2D", [xt, wt, lw.g.const(f"{base}/bias", b)], [y], "DepthwiseConv2DOptions",
               padding=padding, strideW=s[1], strideH=s[0], depthMultiplier=o_ch // c_in, dilationWFactor=d[1],
               dilationHFactor=d[0], fusedActivationFunction=0)
-    else:
+    else:   # group 1, or grouped: CONV_2D with the per-group filter depth
         wt = lw.g.const(f"{base}/filter", w.transpose(0, 2, 3, 1))
         lw.op("CONV_2D", [xt, wt, lw.g.const(f"{base}/bias", b)], [y], "Conv2DOptions", padding=padding,
               strideW=s[1], strideH=s[0], dilationWFactor=d[1], dilationHFactor=d[0], fusedActivationFunction=0)
@@ -377,30 +413,40 @@ def _scalar_input(lw: Lowering, node: Any, index: int, attr: str, default: Optio
     return _attr(node, attr, default)
 
 
+def _computed_bound(lw: Lowering, node: Any, index: int) -> Optional[int]:
+    """Clip's ``min``/``max`` input when the graph computes it (a scalar tensor: AmplitudeToDB's
+    ``max(x) - top_db``): its TFLite tensor, for MAXIMUM/MINIMUM to broadcast; else None."""
+    if len(node.input) > index and node.input[index] and not lw.is_const(node.input[index]):
+        return lw.get(node.input[index], None)
+    return None
+
+
 def _clip(lw: Lowering, node: Any) -> None:
     x = node.input[0]
-    lo = _scalar_input(lw, node, 1, "min", None)
-    hi = _scalar_input(lw, node, 2, "max", None)
+    lo_t, hi_t = _computed_bound(lw, node, 1), _computed_bound(lw, node, 2)
+    lo = None if lo_t is not None else _scalar_input(lw, node, 1, "min", None)
+    hi = None if hi_t is not None else _scalar_input(lw, node, 2, "max", None)
     perm = lw.layout(x)
     xt = lw.get(x, perm)
     named: Dict[Tuple[Optional[float], Optional[float]], str] = {
         (0.0, 6.0): "RELU6", (0.0, None): "RELU", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
     key = (lo if lo is None else float(lo), hi if hi is None or hi > 3e38 else float(hi))
-    code = named.get(key)
+    code = named.get(key) if lo_t is None and hi_t is None else None
     y = lw.out(node.output[0], perm)
     if code is not None:
         lw.op(code, [xt], [y])
         return
     cur = xt
     base = node.name or node.output[0]
-    if lo is not None:
-        nxt = y if hi is None else lw.g.add_tensor(f"{base}/max", lw.g.tensors[xt].shape)
+    has_hi = hi is not None or hi_t is not None
+    if lo is not None or lo_t is not None:
+        nxt = y if not has_hi else lw.g.add_tensor(f"{base}/max", lw.g.tensors[xt].shape)
         lw.tag(nxt, node.output[0], perm)
-        lw.op("MAXIMUM", [cur, lw.g.const(f"{base}/lo", np.array(lo, np.float32))], [nxt])
+        lw.op("MAXIMUM", [cur, lo_t if lo_t is not None else lw.g.const(f"{base}/lo", np.array(lo, np.float32))], [nxt])
         cur = nxt
-    if hi is not None:
-        lw.op("MINIMUM", [cur, lw.g.const(f"{base}/hi", np.array(hi, np.float32))], [y])
-    if lo is None and hi is None:
+    if has_hi:
+        lw.op("MINIMUM", [cur, hi_t if hi_t is not None else lw.g.const(f"{base}/hi", np.array(hi, np.float32))], [y])
+    if cur is xt and not has_hi:
         lw.vals[node.output[0]] = lw.vals[x]
 
 

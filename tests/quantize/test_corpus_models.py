@@ -113,6 +113,25 @@ def _default_fails_where_the_task_fails(res, least: float) -> None:
         assert not default.holds(acc), (acc["task_metric"], roles)
 
 
+#: the openWakeWord audio chain: the least task metric vs FP32 (mel bins within 1 dB, the
+#: embedding's cosine, 1 - mean |wake-word score difference|)
+AUDIO_BUDGET = {"oww-melspectrogram": 0.95, "oww-embedding": 0.99, "oww-hey-mycroft": 0.95}
+
+
+@pytest.mark.parametrize("name", list(AUDIO_BUDGET))
+def test_audio_default_budget_fails_wherever_the_task_metric_fails(name):
+    """The issue's audio front end held the default at cosine 0.997 with a mean error of 2.4 dB: its
+    dB output (10 log10, then clamped at its own max - 80 dB) is judged in dB now, and every layer
+    in INT8 (0.44 of the bins within 1 dB here) fails the default."""
+    shapes = dict(corpus.get(name).input_shapes)
+    res = quantize(corpus.fetch([name])[name], corpus.sample_inputs(name, 16, seed=0), input_shapes=shapes,
+                   eval_data=corpus.sample_inputs(name, 16, seed=1), workers=1, use_cache=False,
+                   speed_check=False, budget=False, task_metric=f"corpus:{name}")
+    _default_fails_where_the_task_fails(res, AUDIO_BUDGET[name])
+    if name == "oww-melspectrogram":
+        assert res.report["accuracy"]["outputs"]["output"]["role"] == "log"
+
+
 #: measured at the merge (11:26 UTC, this VNNI host): the guard held on its 16 held-out crops, yet 2 of
 #: 24 unseen ones flipped (top-1 0.917 < 0.99): 16 samples cannot establish a 0.99 top-1 agreement.
 #: The gap stays open in issue 21; the mark keeps the case running and reported (XFAIL / XPASS).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -86,6 +87,29 @@ def test_mask_log_embedding_and_classes_roles():
     assert get_role("classes").score([logits], [logits[:, ::-1]]) < 0.5
 
 
+def _one_hot_sequence(classes, n_classes=6, layout="TNC"):
+    x = np.full((len(classes), n_classes), -5.0, np.float32)
+    x[np.arange(len(classes)), classes] = 5.0
+    return x[:, None, :] if layout == "TNC" else x[None]
+
+
+@pytest.mark.parametrize("layout", ["TNC", "NTC"])
+def test_ctc_like_sequences_are_judged_by_their_reading(layout):
+    """A CTC output (blank 0 between characters): a flip the greedy reading merges away (a repeat
+    turned blank) is no error; a changed or dropped character is. A sequence whose commonest class
+    only pads its end (SLANet's structure tokens, with real repeats) keeps the per-position count."""
+    role = get_role("classes")
+    ref = [_one_hot_sequence([0, 3, 3, 0, 0, 4, 0, 5, 0, 0], layout=layout)]
+    merged = [_one_hot_sequence([0, 3, 0, 0, 0, 4, 0, 5, 0, 0], layout=layout)]    # reads 3 4 5 still
+    changed = [_one_hot_sequence([0, 3, 3, 0, 0, 2, 0, 5, 0, 0], layout=layout)]   # reads 3 2 5
+    dropped = [_one_hot_sequence([0, 3, 3, 0, 0, 0, 0, 5, 0, 0], layout=layout)]   # reads 3 5
+    assert role.score(ref, merged) == 1.0
+    assert role.score(ref, changed) == pytest.approx(2 / 3) and role.score(ref, dropped) == pytest.approx(2 / 3)
+    padded = [_one_hot_sequence([1, 2, 2, 2, 4, 5, 0, 0, 0, 0, 0, 0], layout=layout)]
+    one_less = [_one_hot_sequence([1, 2, 2, 0, 4, 5, 0, 0, 0, 0, 0, 0], layout=layout)]  # a cell token lost
+    assert role.score(padded, one_less) == pytest.approx(5 / 6)   # positions: the repeat is not merged away
+
+
 def test_log_hint_from_the_graph_in_the_outputs_units():
     """10 log10(x) written as Log then Div(ln 10) then Mul(10): 1 dB per unit; a bare Log: 4.343."""
     nodes = [helper.make_node("Log", ["x"], ["l"]), helper.make_node("Div", ["l", "ln10"], ["l10"]),
@@ -101,6 +125,31 @@ def test_log_hint_from_the_graph_in_the_outputs_units():
     assert "other" not in hints
     ref = [{"db": np.zeros((1, 8), np.float32)}]
     assert infer_roles(["db"], ref, hints)["db"].name == "log"
+
+
+def test_log_hint_through_a_clamp_at_the_values_own_max():
+    """torchaudio's AmplitudeToDB with top_db (openWakeWord's front end): 10 log10, then
+    clip(x, max(x) - 80): the bound comes from the value itself, the output stays in dB."""
+    c = {"ln10": math.log(10), "ten": 10.0, "top": 80.0, "hi": 1e9}
+    nodes = [helper.make_node("Log", ["x"], ["l"]), helper.make_node("Mul", ["l", "ten"], ["m"]),
+             helper.make_node("Div", ["m", "ln10"], ["db"]), helper.make_node("ReduceMax", ["db"], ["mx"], keepdims=0),
+             helper.make_node("Sub", ["mx", "top"], ["floor"]), helper.make_node("Clip", ["db", "floor", "hi"], ["out"]),
+             helper.make_node("Max", ["db", "floor"], ["out2"])]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in c.items()]
+    out = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("out", "out2")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])], out, inits)
+    hints = output_hints(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert hints["out"] == {"role": "log", "db_per_unit": pytest.approx(1.0, rel=1e-6)}
+    assert hints["out2"]["role"] == "log"
+
+
+def test_corpus_log_mel_front_end_is_judged_in_db():
+    """oww-melspectrogram (the issue's audio front end: cosine 0.997 at a mean error of 2.4 dB) is
+    recognised as a log output, 1 dB per unit, from its own graph."""
+    from sdk import corpus
+
+    proto = onnx.load(str(corpus.fetch(["oww-melspectrogram"])["oww-melspectrogram"]))
+    assert output_hints(proto) == {"output": {"role": "log", "db_per_unit": pytest.approx(1.0, rel=1e-5)}}
 
 
 def test_output_role_option_parsing():

@@ -167,6 +167,51 @@ def test_grouped_conv():
     _check(m)
 
 
+@pytest.mark.parametrize("k,stride,pads,dil,auto", [
+    (3, 1, [1, 1], 1, None), (400, 160, [0, 0], 1, None), (5, 2, [2, 1], 1, None), (3, 1, [2, 2], 2, None),
+    (4, 2, None, 1, "SAME_UPPER"), (3, 1, None, 1, "VALID"),
+])
+def test_conv1d_as_a_1xk_conv2d(k, stride, pads, dil, auto):
+    """A 1-D Conv (an STFT written as Conv, a Whisper/wav2vec front end) converts as TFLite's own
+    Conv1D does: [N, L, C] inside, reshaped to [N, 1, L, C] around one CONV_2D, then a ReLU and a
+    second 1-D Conv reading the first one's [N, L, C] directly (no TRANSPOSE between them)."""
+    attrs = {"strides": [stride], "dilations": [dil]}
+    attrs.update({"auto_pad": auto} if auto else {"pads": pads})
+    length = 1200 if k == 400 else 40
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv1d", **attrs),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1], name="conv1d_b")]
+    m = _model(nodes, {"w": _w(6, 2, k), "b": _w(6), "w2": _w(5, 6, 3)}, [1, 2, length], ["y"])
+    res = _check(m)
+    assert res["ops"]["CONV_2D"] == 2 and res["ops"].get("TRANSPOSE", 0) <= 2   # the two boundaries only
+
+
+@pytest.mark.parametrize("group", [3, 6])
+def test_conv1d_depthwise_and_grouped(group):
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], group=group, pads=[1, 1], name="g1d")],
+               {"w": _w(6, 6 // group, 3)}, [1, 6, 20], ["y"])
+    res = _check(m)
+    assert res["ops"].get("DEPTHWISE_CONV_2D", 0) == (1 if group == 6 else 0)
+
+
+def test_clip_with_a_computed_bound():
+    """AmplitudeToDB's top_db clamp (openWakeWord's front end): clip(x, max(x) - 80, 1e9), a bound
+    the graph computes (a scalar, as ONNX requires), as MAXIMUM with it then MINIMUM."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0, name="rmax"),
+             helper.make_node("Sub", ["mx", "top"], ["floor"], name="floor"),
+             helper.make_node("Clip", ["x", "floor", "hi"], ["y"], name="clamp"),
+             helper.make_node("Clip", ["x", "", "mx"], ["y2"], name="clamp_hi")]
+    m = _model(nodes, {"top": np.array(1.5, np.float32), "hi": np.array(1e9, np.float32)}, [1, 4, 10], ["y", "y2"])
+    res = _check(m)
+    assert res["ops"]["MAXIMUM"] == 1 and res["ops"]["MINIMUM"] == 2
+
+
+def test_conv3d_is_refused_naming_the_attribute():
+    m = _model([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")], {"w": _w(2, 1, 2, 2, 2)}, [1, 1, 4, 4, 4], ["y"])
+    with pytest.raises(ConversionError, match=r"node 'c3d' \(Conv\), attribute kernel_shape: 3-D convolution"):
+        onnx_to_tflite_bytes(m)
+
+
 @pytest.mark.parametrize("stride,pads,out_pad", [(2, [0, 0, 0, 0], [0, 0]), (2, [1, 1, 1, 1], [1, 1]), (1, [1, 1, 1, 1], [0, 0])])
 def test_conv_transpose(stride, pads, out_pad):
     m = _conv_then([helper.make_node("ConvTranspose", ["c", "tw", "tb"], ["y"], strides=[stride, stride], pads=pads,
