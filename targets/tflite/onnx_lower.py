@@ -426,11 +426,15 @@ def _clip(lw: Lowering, node: Any) -> None:
     lo_t, hi_t = _computed_bound(lw, node, 1), _computed_bound(lw, node, 2)
     lo = None if lo_t is not None else _scalar_input(lw, node, 1, "min", None)
     hi = None if hi_t is not None else _scalar_input(lw, node, 2, "max", None)
+    # an infinite bound clamps nothing (torch's clamp(min=...) exports max=inf): no op, and no inf
+    # constant for the int8 pass to quantize
+    lo = None if lo is not None and float(lo) < -3e38 else lo
+    hi = None if hi is not None and float(hi) > 3e38 else hi
     perm = lw.layout(x)
     xt = lw.get(x, perm)
     named: Dict[Tuple[Optional[float], Optional[float]], str] = {
         (0.0, 6.0): "RELU6", (0.0, None): "RELU", (-1.0, 1.0): "RELU_N1_TO_1", (0.0, 1.0): "RELU_0_TO_1"}
-    key = (lo if lo is None else float(lo), hi if hi is None or hi > 3e38 else float(hi))
+    key = (lo if lo is None else float(lo), hi if hi is None else float(hi))
     code = named.get(key) if lo_t is None and hi_t is None else None
     y = lw.out(node.output[0], perm)
     if code is not None:
