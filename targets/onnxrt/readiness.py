@@ -23,6 +23,7 @@ they are listed in :attr:`EpReadiness.caveats`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -216,7 +217,7 @@ def _scopes(main: Any, require_fixed: bool) -> List[_Scope]:
         for i, node in enumerate(graph.node):
             for attr in node.attribute:
                 if attr.HasField("g"):
-                    visit(attr.g, f"{prefix}{_node_key(node, i, prefix)}/{attr.name}/", value_info, inner_inits)
+                    visit(attr.g, f"{_node_key(node, i, prefix)}/{attr.name}/", value_info, inner_inits)
 
     visit(main, "", {} if require_fixed else None, set())
     return out
@@ -285,7 +286,17 @@ def ep_readiness(model: Union[str, "os.PathLike[str]", Any], ep: str,
     with tempfile.TemporaryDirectory(prefix="edgesdk-ep-") as tmp:
         shaped, name = _prepare(model, input_shapes, Path(tmp))
         graph = shaped.graph
-        dynamic, _ = uc.check_shapes(graph)
+        if not graph.value_info and len(graph.node) > 1:
+            # every value is a graph input or output (nothing left to infer): the checker refuses a
+            # graph without value info, so its outputs' are given as value info too
+            graph.value_info.extend(graph.output)
+        # the checker's own logger argument is optional but used unguarded when a graph has no value
+        # info beyond its inputs and outputs (every value a graph output): give it a silent one
+        quiet = logging.getLogger("edgesdk.readiness.checker")
+        quiet.propagate = False
+        if not quiet.handlers:
+            quiet.addHandler(logging.NullHandler())
+        dynamic, _ = uc.check_shapes(graph, quiet)
         info, checker = _check(graph, rules, rules.require_fixed_shapes)
         # every node the checker counts, main graph first, then each subgraph under its node
         walked: List[Tuple[Any, str, List[str]]] = []

@@ -60,7 +60,7 @@ def _checked_node_names(graph, prefix=""):
     for i, n in enumerate(graph.node):
         for attr in n.attribute:
             if attr.HasField("g"):
-                names += _checked_node_names(attr.g, f"{prefix}{n.name or f'{prefix}{n.op_type}#{i}'}/{attr.name}/")
+                names += _checked_node_names(attr.g, f"{n.name or f'{prefix}{n.op_type}#{i}'}/{attr.name}/")
     return names
 
 
@@ -96,6 +96,34 @@ def test_readiness_agrees_with_onnxruntime_checker(fetched, name, ep):
     for n in r.cpu_nodes:
         assert n.reasons and "no rule fired" not in n.reasons[0], (n.name, n.op)
     assert sum(1 for n in r.cpu_nodes if any(x.startswith("op ") for x in n.reasons)) == r.fallback_counts["op"]
+
+
+def test_unnamed_subgraph_nodes_are_named_by_their_path(tmp_path):
+    """An unnamed If whose branches hold unnamed nodes: each body node is listed after the main
+    graph's, named ``<If>/<branch>/<op>#<i>``. Every value here is a graph input or output, which
+    onnxruntime's checker itself refuses (no value info; its optional logger used unguarded)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def branch(op):
+        return helper.make_graph([helper.make_node(op, ["x"], ["y_" + op])], op, [],
+                                 [helper.make_tensor_value_info("y_" + op, TensorProto.FLOAT, [1, 4])])
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("If", ["c"], ["y"], then_branch=branch("Sigmoid"), else_branch=branch("Tanh"))],
+                          "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "if.onnx"))
+    r = ep_readiness(tmp_path / "if.onnx", "nnapi", session_assignment=False)
+    names = [n.name for n in r.nodes]
+    if_key = next(n for n in names if n.startswith("If#"))
+    assert sorted(names) == sorted([if_key, next(n for n in names if n.startswith("Relu#")),
+                                    f"{if_key}/then_branch/Sigmoid#0", f"{if_key}/else_branch/Tanh#0"])
+    assert r.num_nodes == 4 and {n.name: n.supported for n in r.nodes}[if_key] is False
 
 
 def test_session_placements_parse_the_real_log(fetched):
