@@ -8,8 +8,8 @@ how long the tier would take, nothing about ARM hardware. Slow: minutes per mode
 
 With ``--int8``: each model quantized on the host with no flags beyond its input shapes and values
 (``sdk.quantize`` defaults, 40 corpus calibration samples), then run by the board's arm64 onnxruntime
-on ``--samples`` unseen samples (``--budget task``: the task metric as the budget, on 16 held-out
-samples): the corpus task metric of the board's outputs and of the host's INT8
+on ``--samples`` unseen samples (``--budget task``: the task metric as the budget, on ``--eval-samples``
+held-out samples, 16 by default): the corpus task metric of the board's outputs and of the host's INT8
 outputs vs the host's FP32, and the least cosine of board vs host INT8 (ARM's int8 kernels vs x86's).
 A model that is already INT8 (smart-turn-v3) runs as it is.
 
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=2)
     ap.add_argument("--json", default="")
     ap.add_argument("--int8", action="store_true", help="INT8 from the host's quantizer, run on the board")
+    ap.add_argument("--eval-samples", type=int, default=16, help="held-out corpus samples of --budget task")
     ap.add_argument("--budget", default="default", choices=["default", "task"],
                     help="INT8 with the quantizer's defaults, or with the task metric as the budget (TASK_BUDGET) "
                          "on 16 held-out corpus samples")
@@ -90,7 +91,8 @@ def main() -> None:
                     rows[name]["float .tflite"] = _tflite_float_row(name, Path(paths[name]), tmp, args.samples)
                     print(name, "float .tflite", json.dumps(rows[name]["float .tflite"]), flush=True)
                 for label, suffix in (("int8 .onnx", ".onnx"),) * args.int8 + (("int8 .tflite", ".tflite"),) * args.tflite:
-                    rows[name][label] = _int8_row(name, Path(paths[name]), tmp, args.samples, suffix, args.budget)
+                    rows[name][label] = _int8_row(name, Path(paths[name]), tmp, args.samples, suffix, args.budget,
+                                                  args.eval_samples)
                     print(name, label, json.dumps(rows[name][label]), flush=True)
                 continue
             src = Path(paths[name])
@@ -152,7 +154,8 @@ def _tflite_float_row(name: str, src: Path, tmp: Path, samples: int) -> dict:
             "wall_s_emulated": round(time.monotonic() - t0, 1)}
 
 
-def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onnx", budget: str = "default") -> dict:
+def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onnx", budget: str = "default",
+              eval_samples: int = 16) -> dict:
     """Quantize on the host (defaults; ``suffix`` .tflite: the tflite scheme's full-integer file), run on
     the board sample by sample, score against host FP32."""
     from sdk import corpus
@@ -172,9 +175,9 @@ def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onn
         task: dict = {}
         if budget == "task":
             task = dict(eval_data=[{k: v for k, v in f.items() if k not in cm.input_values}
-                                   for f in corpus.sample_inputs(name, 16, seed=1)],
+                                   for f in corpus.sample_inputs(name, eval_samples, seed=1)],
                         task_metric=f"corpus:{name}", min_task_metric=TASK_BUDGET[cm.task])
-            row["min_task_metric"] = TASK_BUDGET[cm.task]
+            row.update(min_task_metric=TASK_BUDGET[cm.task], eval_samples=eval_samples)
         res = quantize(src, calib, output=q, speed_check=False, input_values=dict(cm.input_values) or None, **task,
                        input_shapes=dict(cm.input_shapes) or None,
                        sample_axes={k: None for k in cm.carry.values()} or None,
