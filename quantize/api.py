@@ -541,8 +541,10 @@ class _Run:
                     "give the values and shapes that decide those Ifs (sdk quantize "
                     f"{self.prepared.name} --input-value NAME=VALUE --input-shape NAME=DIMS ...): the model "
                     "for them is quantized, as sdk convert -o flat.onnx with the same flags writes it")
+            weighted = getattr(self.scheme, "WEIGHTED", None) or getattr(self.scheme, "WEIGHTED_OPS", None)
+            needs = "/".join(weighted) if weighted else "Conv, Gemm, MatMul or similar"
             raise QuantizationError(f"'{self.prepared.name}' has no op that the {self.scheme.name} scheme quantizes",
-                                    "it needs Conv, Gemm, MatMul or similar with float weights")
+                                    f"it needs a {needs} with float weights")
         in_bodies = _weighted_ops_by_body(self.work)
         if in_bodies:   # quantized around them: say which weights stay float, and where
             self.notes["float_in_control_flow"] = in_bodies

@@ -182,3 +182,22 @@ def test_cli_quantize_ep(tmp_path):
                           str(tmp_path / "b.onnx"), "--ep", "coreml"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: no quantization scheme for EP 'coreml'")
     assert not (tmp_path / "b.onnx").exists()
+
+
+def test_a_model_the_ep_scheme_cannot_quantize_names_what_the_ep_takes(tmp_path):
+    """oww-hey-mycroft's only weighted op is a MatMul, which XNNPACK runs in float: the error names
+    Conv, the one weighted op the XNNPACK scheme quantizes, not the onnxruntime CPU scheme's list."""
+    from sdk.errors import QuantizationError
+    from tests.quantize import qmodels
+
+    g = qmodels.G(0)
+    h = g.op("MatMul", ["x", g.init("w1", np.ones((4, 4), np.float32))])
+    y = g.op("MatMul", [h, g.init("w2", np.ones((4, 3), np.float32))])
+    model = g.save(tmp_path / "mm.onnx", ["N", 4], y, ["N", 3])
+    np.savez(tmp_path / "c.npz", x=qmodels.make_data(8, (4,)))
+    with pytest.raises(QuantizationError, match="no op that the onnxruntime-xnnpack scheme quantizes") as err:
+        quantize(model, tmp_path / "c.npz", output=tmp_path / "q.onnx", scheme="onnxruntime-xnnpack", workers=1)
+    assert "needs a Conv with float weights" in (err.value.hint or "") and not (tmp_path / "q.onnx").exists()
+    quantize(model, tmp_path / "c.npz", output=tmp_path / "q.onnx", scheme="onnxruntime-nnapi", workers=1,
+             budget=False, speed_check=False)   # NNAPI's FULLY_CONNECTED takes it
+    assert (tmp_path / "q.onnx").exists()
