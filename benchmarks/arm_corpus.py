@@ -13,7 +13,8 @@ held-out samples, 16 by default): the corpus task metric of the board's outputs 
 outputs vs the host's FP32, and the least cosine of board vs host INT8 (ARM's int8 kernels vs x86's).
 A model that is already INT8 (smart-turn-v3) runs as it is.
 
-With ``--tflite``: the converter's float ``.tflite`` validated on the board against the ONNX FP32, and
+With ``--tflite``: the converter's float ``.tflite`` validated on the board against the ONNX FP32 (a model
+with fixed input values: against the model specialized for them, ``sdk convert -o flat.onnx --input-value``), and
 the quantizer's full-integer ``.tflite`` (``--target tflite``) scored as ``--int8`` scores the ``.onnx``;
 a model the converter cannot take gets its one-line reason.
 
@@ -139,9 +140,15 @@ def _tflite_float_row(name: str, src: Path, tmp: Path, samples: int) -> dict:
     from sdk.validation import validate
 
     out = tmp / f"{name}.tflite"
-    feeds = corpus.sample_inputs(name, samples, seed=1)
-    try:   # TFLite needs static shapes: the samples' own
-        convert(src, out, ConvertOptions(input_shapes={k: tuple(np.shape(v)) for k, v in feeds[0].items()}))
+    cm = corpus.get(name)
+    feeds = [{k: v for k, v in f.items() if k not in cm.input_values} for f in corpus.sample_inputs(name, samples, seed=1)]
+    shapes = {k: tuple(np.shape(v)) for k, v in feeds[0].items()}   # TFLite needs static shapes: the samples' own
+    try:
+        if cm.input_values:   # the Ifs fixed values decide are resolved first, as the converter's hint says
+            flat = tmp / f"{name}.flat.onnx"   # (its outputs checked equal to the model's by the converter)
+            convert(src, flat, ConvertOptions(input_shapes=shapes, input_values=[f"{k}={v}" for k, v in cm.input_values.items()]))
+            src = flat
+        convert(src, out, ConvertOptions(input_shapes=shapes))
     except EdgeSDKError as exc:
         return {"converted": False, "error": str(exc).splitlines()[0][:200]}
     data = tmp / f"{name}.tfl.npz"

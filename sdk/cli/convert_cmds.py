@@ -24,7 +24,8 @@ def convert_cmd(
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the conversion record here ('-' for stdout)."),
 ) -> None:
     """Convert MODEL into the format its -o suffix names and print what was written (-o flat.onnx:
-    the model specialized for --input-value/--input-shape, the Ifs they decide inlined)."""
+    the model specialized for --input-value/--input-shape, the Ifs they decide inlined; -o m.tflite
+    with --input-value: that model, converted)."""
     from ..errors import InputError
     from ..targets.convert import ConvertOptions, convert
     from ..tensors import parse_input_shapes

@@ -122,19 +122,22 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
         raise InputError(f"'{source}' is a {m.format} model; the .tflite converter reads ONNX")
     io_layout = str(options.extra.get("io_layout", "onnx"))
     signature = str(options.extra["signature"]) if options.extra.get("signature") else None
-    notes = []
+    notes: list = []
     details: Dict[str, Any] = {}
+    sha256 = m.sha256   # the source's, also when the file is made from its specialized copy
+    if options.input_values and not options.int8:   # --int8: the quantizer resolves them itself
+        m, notes, details["specialized"] = _specialized(m, options)
     if options.int8:
         proto, qinfo = _quantized_proto(m, options)
         notes.extend(qinfo.pop("notes", []))
         details["quantize"] = qinfo
         res = onnx_to_tflite_bytes(proto, options.input_shapes, io_layout=io_layout,
-                                   int8_io=str(options.extra.get("io", "float")), source_sha256=m.sha256,
+                                   int8_io=str(options.extra.get("io", "float")), source_sha256=sha256,
                                    signature=signature)
     else:
         if options.extra.get("io") not in (None, "float"):
             raise InputError("option io=int8 needs --int8", "add --int8 --calib DIR")
-        res = onnx_to_tflite_bytes(m.proto, options.input_shapes, io_layout=io_layout, source_sha256=m.sha256,
+        res = onnx_to_tflite_bytes(m.proto, options.input_shapes, io_layout=io_layout, source_sha256=sha256,
                                    signature=signature)
     notes.extend(res["notes"])
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +146,24 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
                     "bytes": len(res["data"])})
     return ConvertResult(source=str(source), output=str(output), format="tflite-int8" if options.int8 else "tflite",
                          seconds=time.perf_counter() - t0, notes=notes, details=details)
+
+
+def _specialized(m: Any, options: ConvertOptions) -> Any:
+    """``m`` with the inputs ``--input-value`` gives made constants and the Ifs they (or the fixed
+    shapes) decide replaced by their branch, as ``sdk convert -o flat.onnx`` writes it and checked
+    against ``m`` the same way: ``(Model, notes, record)``."""
+    from ..measure import as_values
+    from ..onnx_flat import specialize_checked
+
+    values = as_values(options.input_values, m.inputs)
+    spec, check = specialize_checked(m, values, {k: list(v) for k, v in options.input_shapes.items()})
+    notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
+    notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]
+    notes.append("inputs now constants: " + ", ".join(f"{k}={v.tolist()}" for k, v in values.items()))
+    return m.derive(spec.proto), notes, {**spec.to_dict(), "check": check}
+
+
+convert_to_tflite.takes_input_values = True  # type: ignore[attr-defined]
 
 
 def _quantized_proto(m: Any, options: ConvertOptions) -> Any:
@@ -157,6 +178,8 @@ def _quantized_proto(m: Any, options: ConvertOptions) -> Any:
         kw["calib_limit"] = int(options.extra["calib_limit"])
     if options.calib is None:
         raise InputError("--int8 needs --calib: the data the INT8 ranges are calibrated on")
+    if options.input_values:
+        kw["input_values"] = options.input_values
     res = quantize(m, options.calib, **kw)
     info = {"method": res.report.get("method"), "layers": len(res.plan.layers), "notes": list(res.failures)}
     return res.model.proto, info

@@ -182,6 +182,7 @@ class Lowering:
                     self.g._names[name + "/internal"] = other
                 self.g.tensors[t].name = name
                 self.g._names[name] = t
+            self.g.tensors[t].onnx = name   # an Identity's output (a flattened If's): the graph's name, not its source's
             self.g.outputs.append(t)
         fuse_activations(self.g)
         self.g.prune()
@@ -893,21 +894,20 @@ def _lstm_checks(lw: Lowering, node: Any) -> None:
         raise lw.fail("clip / input_forget", "clip")
     if int(_attr(node, "layout", 0)):
         raise lw.fail("batch-major layout", "layout")
+    dirs, four_h = lw.shape(w_name)[:2]
     for init, what in ((h0, "initial_h"), (c0, "initial_c")):
-        if init and (not lw.is_const(init) or np.any(lw.const(init))):
-            raise lw.fail("a non-zero initial state", what)
-    used = {i for n in lw.p.nodes for i in n.input} | set(lw.p.outputs)
-    for k, what in ((1, "Y_h"), (2, "Y_c")):
-        if len(node.output) > k and node.output[k] and node.output[k] in used:
-            raise lw.fail(f"the {what} output", what)
+        if init and tuple(lw.shape(init))[::2] != (dirs, four_h // 4):
+            raise lw.fail(f"an initial state of shape {list(lw.shape(init))} (wants [{dirs}, batch, {four_h // 4}])", what)
 
 
 def _lstm(lw: Lowering, node: Any) -> None:
-    """ONNX LSTM (forward, reverse or bidirectional, default activations, zero initial state)
-    unrolled over its fixed sequence length: one FULLY_CONNECTED for the input projection of all
-    steps, then per step the recurrent FULLY_CONNECTED, the gates (LOGISTIC/TANH) and the cell update
-    (MUL/ADD). Stateless, unlike TFLite's fused LSTM ops whose state tensors persist between
-    invocations, and every op runs in XNNPACK; ``Y`` is [T, directions, B, H] as in ONNX."""
+    """ONNX LSTM (forward, reverse or bidirectional, default activations) unrolled over its fixed
+    sequence length: one FULLY_CONNECTED for the input projection of all steps, then per step the
+    recurrent FULLY_CONNECTED, the gates (LOGISTIC/TANH) and the cell update (MUL/ADD). Stateless,
+    unlike TFLite's fused LSTM ops whose state tensors persist between invocations, and every op
+    runs in XNNPACK; ``Y`` is [T, directions, B, H] as in ONNX. A state carried between calls (a
+    streaming model's ``initial_h``/``initial_c`` inputs and ``Y_h``/``Y_c`` outputs, silero-vad's)
+    is an ordinary tensor in and out; a zero initial state costs nothing (the first step skips it)."""
     _lstm_checks(lw, node)
     x, w_name, r_name = node.input[0], node.input[1], node.input[2]
     b_name = node.input[3] if len(node.input) > 3 else ""
@@ -924,7 +924,11 @@ def _lstm(lw: Lowering, node: Any) -> None:
     def t(name: str, shape: Tuple[int, ...]) -> int:
         return g.add_tensor(f"{base}/{name}", shape)
 
-    outs = []
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    h_init, c_init = _lstm_state_in(lw, ins[5], base, "h0", dirs, batch, H), _lstm_state_in(lw, ins[6], base, "c0", dirs, batch, H)
+    outs: List[int] = []
+    h_last: List[int] = []
+    c_last: List[int] = []
     for d in range(dirs):
         reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
         xw = t(f"d{d}/xw", (T, batch, 4 * H))
@@ -934,8 +938,8 @@ def _lstm(lw: Lowering, node: Any) -> None:
         lw.op("UNPACK", [xw], steps, "UnpackOptions", num=T, axis=0)
         r_t = g.const(f"{base}/d{d}/R", R[d])
         axis1 = lw.ints(np.array(1), f"{base}/d{d}/gate_axis")
-        h: Optional[int] = None
-        c: Optional[int] = None
+        h: Optional[int] = h_init[d] if h_init else None
+        c: Optional[int] = c_init[d] if c_init else None
         hs: Dict[int, int] = {}
         for k in (range(T - 1, -1, -1) if reverse else range(T)):
             gates = steps[k]
@@ -967,6 +971,9 @@ def _lstm(lw: Lowering, node: Any) -> None:
             h = t(f"d{d}/s{k}/h", (batch, H))
             lw.op("MUL", [o_g, tc], [h], "MulOptions", fusedActivationFunction=0)
             hs[k] = h
+        assert h is not None and c is not None   # T >= 1 steps ran
+        h_last.append(h)
+        c_last.append(c)
         y = t(f"d{d}/y", (T, 1, batch, H))
         packed = t(f"d{d}/y3", (T, batch, H))
         lw.op("PACK", [hs[k] for k in range(T)], [packed], "PackOptions", valuesCount=T, axis=0)
@@ -978,6 +985,23 @@ def _lstm(lw: Lowering, node: Any) -> None:
         lw.g.ops[-1].outputs = [out]
     else:
         lw.op("CONCATENATION", outs, [out], "ConcatenationOptions", axis=1, fusedActivationFunction=0)
+    used = {i for n in lw.p.nodes for i in n.input} | set(lw.p.outputs)
+    for k, last in ((1, h_last), (2, c_last)):
+        if len(node.output) > k and node.output[k] in used:   # Y_h / Y_c: [directions, B, H]
+            lw.op("PACK", last, [lw.out(node.output[k], None)], "PackOptions", valuesCount=dirs, axis=0)
+
+
+def _lstm_state_in(lw: Lowering, name: str, base: str, what: str, dirs: int, batch: int, H: int) -> Optional[List[int]]:
+    """An LSTM's ``initial_h`` / ``initial_c`` ([directions, B, H]) as one [B, H] tensor per
+    direction; None for an absent or all-zero constant state."""
+    if not name or (lw.is_const(name) and not np.any(lw.const(name))):
+        return None
+    if lw.is_const(name):
+        arr = lw.const(name).astype(np.float32)
+        return [lw.g.const(f"{base}/{what}{d}", arr[d]) for d in range(dirs)]
+    parts = [lw.g.add_tensor(f"{base}/{what}{d}", (batch, H)) for d in range(dirs)]
+    lw.op("UNPACK", [lw.get(name, None)], parts, "UnpackOptions", num=dirs, axis=0)
+    return parts
 
 
 HandlerFn = Callable[[Lowering, Any], None]

@@ -80,6 +80,36 @@ def test_unconvertible_corpus_model_is_one_error_naming_the_op(name, board_env, 
     record(name, **{"tflite convert": "refused: " + NOT_CONVERTED[name][:40]})
 
 
+def test_streaming_lstm_model_converts_once_its_ifs_are_resolved(board_env, tmp_path):
+    """silero-vad: ``sdk convert silero.onnx -o m.tflite --input-value sr=16000``: its Ifs resolved
+    by the rate, its LSTM state an input and an output of the file; validated on the local board
+    over a stream with the state carried (``--carry stateN=state``) against the ONNX model
+    specialized for the same rate (``-o flat.onnx``: the reference takes the file's inputs)."""
+    require_corpus()
+    from sdk import corpus
+
+    model = next(m for m in MODELS if m.name == "silero-vad")
+    flat, tfl = tmp_path / "flat.onnx", tmp_path / "silero.tflite"
+    proc = sdk(board_env, "convert", model.path, "-o", flat, *model.shape_flags)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = sdk(board_env, "convert", model.path, "-o", tfl, *model.shape_flags, "--json", tmp_path / "c.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((tmp_path / "c.json").read_text())
+    assert rec["details"]["ops"]["FULLY_CONNECTED"] >= 2 and "LSTM" not in " ".join(rec["details"]["ops"])
+    feeds = corpus.sample_inputs("silero-vad", n=6)
+    data = tmp_path / "stream.npz"
+    np.savez(data, input=np.concatenate([f["input"] for f in feeds]), state=np.zeros((2, 1, 128), np.float32))
+    proc = sdk(board_env, "validate", tfl, "--board", "local", "--reference-model", flat, "--data", data,
+               "--sample-axis", "state=none", "--carry", "stateN=state", "-q", "--json", tmp_path / "v.json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    val = json.loads((tmp_path / "v.json").read_text())
+    (board,) = val["boards"]
+    assert val["verdict"] == "pass" and val["data"]["carry"] == {"stateN": "state"}
+    cos = {k: m["cosine"] for k, m in board["compare"].items()}
+    assert set(cos) == {"output", "stateN"} and min(cos.values()) >= 0.9999, cos
+    record("silero-vad", **{"tflite cos": f"{min(cos.values()):.6f} (via flat.onnx)"})
+
+
 @pytest.mark.parametrize("name", list(INT8))
 def test_int8_tflite_from_our_calibration_through_the_front_door(name, board_env, tmp_path):
     require_corpus()

@@ -54,8 +54,9 @@ def test_cli_writes_the_specialized_model(nested, tmp_path, capsys):
 
 def test_refusals_leave_nothing(nested, tmp_path, capsys):
     out = tmp_path / "x.onnx"
-    code, _, stderr = run_cli(["convert", nested, "-o", tmp_path / "x.tflite", "--input-value", "sr=16000"], capsys)
-    assert code == 2 and stderr.startswith("error: --input-value does not apply to .tflite") and "-o flat.onnx" in stderr
+    code, _, stderr = run_cli(["convert", nested, "-o", tmp_path / "x.ort", "--input-value", "sr=16000"], capsys)
+    assert code == 2 and stderr.startswith("error: --input-value does not apply to .ort") and "-o flat.onnx" in stderr
+    assert not (tmp_path / "x.ort").exists()   # (.tflite takes the values: tests/targets/test_tflite_convert.py)
     code, _, stderr = run_cli(["convert", nested, "-o", out, "--input-value", "rate=1"], capsys)
     assert code == 2 and "'rate' is not a model input" in stderr
     code, _, stderr = run_cli(["convert", nested, "-o", out, "--option", "tolerance=abc"], capsys)
@@ -85,6 +86,9 @@ def test_a_specialized_model_that_differs_is_not_written(nested, tmp_path, monke
     assert not out.exists()
     with pytest.raises(InputError, match="--input-value does not apply to .ort"):
         convert(nested, tmp_path / "m.ort", ConvertOptions(input_values=["sr=16000"]))
+    with pytest.raises(ConversionError, match=r"output 'z' of the specialized model differs .* nothing was written"):
+        convert(nested, tmp_path / "m.tflite", ConvertOptions(input_shapes={"x": (1, 4)}, input_values=["sr=16000"]))
+    assert not (tmp_path / "m.tflite").exists()
 
 
 def test_silero_flat_model(tmp_path):

@@ -465,13 +465,42 @@ def test_lstm_unrolled_and_stateless(direction):
                                    atol=1e-5)
 
 
-def test_lstm_with_initial_state_is_refused():
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_lstm_carries_a_state_in_and_out(direction):
+    """A streaming LSTM (silero-vad's): initial_h / initial_c are graph inputs and Y_h / Y_c graph
+    outputs, fed back on the next call; the TFLite file tracks onnxruntime over the stream."""
+    d = 2 if direction == "bidirectional" else 1
+    hidden, width, steps = 5, 4, 3
+    m = _model([helper.make_node("LSTM", ["x", "W", "R", "B", "", "h0", "c0"], ["y", "yh", "yc"], hidden_size=hidden,
+                                 direction=direction, name="lstm")],
+               {"W": _w(d, 4 * hidden, width), "R": _w(d, 4 * hidden, hidden), "B": _w(d, 8 * hidden)},
+               [steps, 1, width], ["y", "yh", "yc"],
+               inputs={"x": [steps, 1, width], "h0": [d, 1, hidden], "c0": [d, 1, hidden]})
+    res = onnx_to_tflite_bytes(m)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    h = c = np.zeros((d, 1, hidden), np.float32)
+    th, tc = h, c
+    for _ in range(4):
+        x = RNG.standard_normal((steps, 1, width)).astype(np.float32)
+        y, h, c = sess.run(None, {"x": x, "h0": h, "c0": c})
+        got = _run_tflite(res["data"], {"x": x, "h0": th, "c0": tc})
+        th, tc = got["yh"], got["yc"]
+        for name, ref in (("y", y), ("yh", h), ("yc", c)):
+            np.testing.assert_allclose(got[name], ref, atol=1e-5, err_msg=name)
+
+
+def test_lstm_constant_initial_state_and_a_bad_one():
     hidden = 3
+    h0 = RNG.standard_normal((1, 1, hidden)).astype(np.float32)
     m = _model([helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], hidden_size=hidden, name="lstm_h0")],
-               {"W": _w(1, 4 * hidden, 2), "R": _w(1, 4 * hidden, hidden), "h0": np.ones((1, 1, hidden), np.float32)},
-               [4, 1, 2], ["y"])
-    with pytest.raises(ConversionError, match=r"node 'lstm_h0' \(LSTM\), attribute initial_h"):
-        onnx_to_tflite_bytes(m)
+               {"W": _w(1, 4 * hidden, 2), "R": _w(1, 4 * hidden, hidden), "h0": h0}, [4, 1, 2], ["y"])
+    _check(m, atol=1e-5)
+    bad = _model([helper.make_node("LSTM", ["x", "W", "R", "", "", "h0"], ["y"], hidden_size=hidden, name="lstm_h0")],
+                 {"W": _w(1, 4 * hidden, 2), "R": _w(1, 4 * hidden, hidden)}, [4, 1, 2], ["y"],
+                 inputs={"x": [4, 1, 2], "h0": [1, 1, hidden]})
+    bad.graph.input[1].type.tensor_type.shape.dim[2].dim_value = hidden + 1   # declared wrong after the model was made
+    with pytest.raises(ConversionError, match=r"node 'lstm_h0' \(LSTM\), attribute initial_h: an initial state of shape"):
+        onnx_to_tflite_bytes(bad)
 
 
 def test_signature_only_when_asked(tmp_path):
@@ -485,3 +514,24 @@ def test_signature_only_when_asked(tmp_path):
     convert(src, tmp_path / "sig.tflite", ConvertOptions(extra={"signature": "serving_default"}))
     sigs = Interpreter(model_path=str(tmp_path / "sig.tflite")).get_signature_list()
     assert sigs == {"serving_default": {"inputs": ["x"], "outputs": ["y"]}}
+
+
+def test_input_values_resolve_the_ifs_before_conversion(tmp_path):
+    """``sdk convert model.onnx -o m.tflite --input-value sr=16000``: the If the rate decides is
+    replaced by its branch (as ``-o flat.onnx`` writes it), the rate is no input of the file, and
+    the outputs equal onnxruntime's on the original model with that rate."""
+    from tests.controlflow import if_rate_model
+
+    src = if_rate_model(tmp_path / "if_rate.onnx")
+    shapes = {"x": (1, 4), "state": (2, 1, 3)}
+    with pytest.raises(ConversionError, match=r"node 'If_rate' \(If\): control flow"):
+        convert(src, tmp_path / "no.tflite", ConvertOptions(input_shapes=shapes))
+    res = convert(src, tmp_path / "m.tflite", ConvertOptions(input_shapes=shapes, input_values=["sr=16000"]))
+    assert any("sr=16000 chooses" in n for n in res.notes) and res.details["specialized"]["values"] == {"sr": 16000}
+    feeds = {"x": RNG.standard_normal((1, 4)).astype(np.float32), "state": RNG.standard_normal((2, 1, 3)).astype(np.float32)}
+    got = _run_tflite((tmp_path / "m.tflite").read_bytes(), feeds)
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    want = dict(zip(["y", "stateN"], sess.run(None, {**feeds, "sr": np.array(16000, np.int64)})))
+    assert set(got) == {"y", "stateN"}
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], atol=1e-5, err_msg=k)
