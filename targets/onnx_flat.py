@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 from ..errors import ConversionError, InputError, first_line
 from .convert import ConvertOptions, ConvertResult
 
-__all__ = ["convert_to_onnx", "specialize_checked"]
+__all__ = ["convert_to_onnx", "specialize_checked", "specialization_notes"]
 
 _OPTIONS = ("tolerance", "max_elements")
 
@@ -98,6 +98,16 @@ def specialize_checked(model: Any, values: Dict[str, Any], shapes: Dict[str, Lis
     return spec, _outputs_agree(model.proto, spec.proto, feed, tolerance)
 
 
+def specialization_notes(spec: Any, values: Dict[str, Any]) -> List[str]:
+    """What a specialization did, one line each: the Ifs resolved (and by what), those left, the
+    inputs made constants."""
+    notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
+    notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]
+    if values:
+        notes.append("inputs now constants: " + ", ".join(f"{k}={v.tolist()}" for k, v in values.items()))
+    return notes
+
+
 def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> ConvertResult:
     """Write the model at ``source`` specialized for ``options.input_values`` and
     ``options.input_shapes`` to ``output`` (see the module's docstring)."""
@@ -116,10 +126,7 @@ def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> Conv
     spec, check = specialize_checked(model, values, {k: list(v) for k, v in options.input_shapes.items()},
                                      tolerance=tolerance, max_elements=cap)
     atomic_write(output, spec.proto.SerializeToString())
-    notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
-    notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]
-    if values:
-        notes.append("inputs now constants: " + ", ".join(f"{k}={v.tolist()}" for k, v in values.items()))
+    notes = specialization_notes(spec, values)
     notes.append("outputs checked against the original on onnxruntime (seeded random data, the given values, "
                  "no graph optimizations): "
                  + "; ".join(check))

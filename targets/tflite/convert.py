@@ -153,14 +153,11 @@ def _specialized(m: Any, options: ConvertOptions) -> Any:
     shapes) decide replaced by their branch, as ``sdk convert -o flat.onnx`` writes it and checked
     against ``m`` the same way: ``(Model, notes, record)``."""
     from ..measure import as_values
-    from ..onnx_flat import specialize_checked
+    from ..onnx_flat import specialization_notes, specialize_checked
 
     values = as_values(options.input_values, m.inputs)
     spec, check = specialize_checked(m, values, {k: list(v) for k, v in options.input_shapes.items()})
-    notes = [r.note().replace(" is counted", " is kept") for r in spec.resolved]
-    notes += [f"{u.node}: left as it is ({u.why})" for u in spec.unresolved]
-    notes.append("inputs now constants: " + ", ".join(f"{k}={v.tolist()}" for k, v in values.items()))
-    return m.derive(spec.proto), notes, {**spec.to_dict(), "check": check}
+    return m.derive(spec.proto), specialization_notes(spec, values), {**spec.to_dict(), "check": check}
 
 
 convert_to_tflite.takes_input_values = True  # type: ignore[attr-defined]
