@@ -2,8 +2,9 @@
 (:mod:`tests.remote.armboard`), driven through the front door like any board: ``sdk boards check``
 reports its aarch64 facts (and that it runs emulated), ``validate`` pushes a corpus model (FP32
 ``.onnx``, INT8 ``.onnx`` from the host's quantizer, ``.ort``, float ``.tflite`` from the converter and
-INT8 ``.tflite`` from the quantizer) and runs it there with the board's own arm64 python3, NumPy,
-onnxruntime and LiteRT; outputs are compared with the x86-64 host's.
+INT8 ``.tflite`` from the quantizer; and silero-vad as a ``.tflite`` streamed with its state carried)
+and runs it there with the board's own arm64 python3, NumPy, onnxruntime and LiteRT; outputs are
+compared with the x86-64 host's.
 
 Kept small on purpose (one corpus model, a few samples, three timed runs): every process on the
 board is emulated, so it runs tens of times slower than natively. Its timings are never a board's
@@ -232,3 +233,30 @@ def test_int8_tflite_on_the_board_keeps_the_task(arm, corpus_data, tmp_path):
         assert _cosine(got[0], want[0]) >= 0.98
     assert corpus.metric(MODEL, host_fp32, host_int8) >= 0.99
     assert corpus.metric(MODEL, host_fp32, board_outs) >= 0.99
+
+
+def test_streaming_tflite_with_carried_state_on_the_board(arm, tmp_path):
+    """silero-vad (If on the rate, an LSTM whose state the caller carries) converted with
+    ``--input-value sr=16000`` and validated on the board's LiteRT over a 4-chunk stream with
+    ``--carry stateN=state``, against the ONNX model specialized for the same rate on the host."""
+    from sdk import corpus
+
+    name, env, _ = arm
+    src = corpus.fetch(["silero-vad"])["silero-vad"]
+    shapes = ["--input-shape", "input=1x576", "--input-shape", "state=2x1x128", "--input-value", "sr=16000"]
+    flat, tfl = tmp_path / "flat.onnx", tmp_path / "silero.tflite"
+    for out in (flat, tfl):
+        conv = _sdk(env, "convert", src, "-o", out, *shapes)
+        assert conv.returncode == 0, conv.stdout + conv.stderr
+    feeds = corpus.sample_inputs("silero-vad", n=4)
+    data = tmp_path / "stream.npz"
+    np.savez(data, input=np.concatenate([f["input"] for f in feeds]), state=np.zeros((2, 1, 128), np.float32))
+    proc, report = _validate(name, env, tfl, data, tmp_path, "--reference-model", flat, "--sample-axis", "state=none",
+                             "--carry", "stateN=state")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    board = report["boards"][0]
+    assert board["facts"]["machine"] == "aarch64" and board["verdict"] == "pass"
+    assert report["data"]["carry"] == {"stateN": "state"} and report["data"]["samples"] == 4
+    assert set(board["compare"]) == {"output", "stateN"}
+    assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
+    _check_emulated(report)
