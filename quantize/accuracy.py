@@ -16,9 +16,12 @@ from ..errors import QuantizationError, first_line
 __all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", "Budget"]
 
 
-def ort_session(proto_or_bytes: Any, threads: Optional[int] = None):
+def ort_session(proto_or_bytes: Any, threads: Optional[int] = None, unfused: bool = False):
     """An onnxruntime CPU session on a ModelProto, serialized bytes or a model file's path; a model
-    ORT refuses raises :class:`QuantizationError` (it must never be written out)."""
+    ORT refuses raises :class:`QuantizationError` (it must never be written out). ``unfused``: basic
+    graph optimizations only, so each DequantizeLinear -> op -> QuantizeLinear runs as written, the
+    exact int8 arithmetic (32-bit sums) of a target that is not this host, instead of this host's
+    fused int8 kernels (which, on x86 without VNNI, saturate 8-bit weights' int16 pair sums)."""
     import os
 
     import onnxruntime as ort
@@ -30,6 +33,8 @@ def ort_session(proto_or_bytes: Any, threads: Optional[int] = None):
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if unfused:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         return ort.InferenceSession(data, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:

@@ -15,6 +15,7 @@ budget holds, and write every output atomically.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -396,6 +397,11 @@ class _Run:
             self.cpu["reduce_range"] = why or "8-bit weights: this CPU's int8 kernels accumulate in 32 bits"
         else:
             self.cpu["reduce_range"] = f"{'7' if cfg.reduce_range else '8'}-bit weights, as asked"
+        #: the written model runs on this host's onnxruntime kernels: judge it as they compute it; any
+        #: other target is judged on the exact int8 arithmetic, Q/DQ unfused (:func:`.accuracy.ort_session`)
+        self.runs_here = self.scheme.host_runtime and self.cpu["source"] != "given"
+        self.cpu["judged_as"] = ("this host's onnxruntime int8 kernels" if self.runs_here else
+                                 "the exact int8 arithmetic (Q/DQ unfused), as the target computes it")
         self.method = cfg.method or self.scheme.default_method
         get_method(self.method)  # unknown method: fail before any work
         from .executors import get_executor
@@ -616,7 +622,7 @@ class _Run:
         def run_eval(qproto: Any, limit: Optional[int] = None) -> Dict[str, Any]:
             """INT8 against FP32 on the held-out data (its first ``limit`` samples)."""
             samples = eval_src.samples() if limit is None else itertools.islice(eval_src.samples(), limit)
-            return evaluate(self.ref_sess, ort_session(qproto),
+            return evaluate(self.ref_sess, ort_session(qproto, unfused=not self.runs_here),
                             _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
                             task_metric=metric, roles=roles)
 
@@ -657,7 +663,8 @@ class _Run:
             kept = set(keep)
             return self.builder.build(exclude=list(self.cfg.exclude) + [x for x in layers if x not in kept])[0]
 
-        rows = rank_layers(self.work, self.qproto, layers, feeds, ort_session, only_int8)
+        rows = rank_layers(self.work, self.qproto, layers, feeds,
+                           functools.partial(ort_session, unfused=not self.runs_here), only_int8)
         self.sensitivity = rows
         if not needs_fallback:
             return result

@@ -402,12 +402,16 @@ class Landmarks(Task):
         return near / total if total else 1.0
 
 
-def run_reference(model_path: str, feeds: Sequence[Feed]) -> List[List[np.ndarray]]:
-    """FP32 outputs of an ONNX model on ``feeds`` with ONNX Runtime's CPU provider (for tests/benchmarks)."""
+def run_reference(model_path: str, feeds: Sequence[Feed], unfused: bool = False) -> List[List[np.ndarray]]:
+    """Outputs of an ONNX model on ``feeds`` with ONNX Runtime's CPU provider (for tests/benchmarks);
+    ``unfused``: a QDQ model's exact int8 arithmetic, what a target other than this host computes
+    (:func:`sdk.quantize.accuracy.ort_session`)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if unfused:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
     return [sess.run(None, f) for f in feeds]
 

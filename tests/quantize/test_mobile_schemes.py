@@ -133,7 +133,8 @@ def test_xnnpack_keeps_gemm_and_softmax_float(written):
 def test_task_kept(written, ep):
     src, out = written
     ev = corpus.sample_inputs(MODEL, 24, seed=2)     # not the samples the budget was held on
-    ref, got = run_reference(str(src), ev), run_reference(str(out[ep][0]), ev)
+    # as the EP computes it: exact int8 sums (this host's fused U8S8 kernels may saturate, without VNNI)
+    ref, got = run_reference(str(src), ev), run_reference(str(out[ep][0]), ev, unfused=True)
     assert corpus.metric(MODEL, ref, got) >= 0.99
 
 

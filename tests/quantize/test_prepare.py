@@ -124,10 +124,11 @@ def test_weights_inside_if_branches_quantize_for_the_values_that_decide_them(tmp
     assert [i.name for i in q.get_inputs()] == ["x", "state"]
     assert any(n.op_type == "DequantizeLinear" for n in onnx.load(str(tmp_path / "q.onnx")).graph.node)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    for f in feeds[:5]:
-        want = ref.run(["y"], dict(f, sr=np.array(16000, np.int64)))[0]
+    want = [ref.run(["y"], dict(f, sr=np.array(16000, np.int64)))[0] for f in feeds]
+    span = float(np.ptp(np.concatenate(want)))      # y's int8 step is span / 255 (7-bit weights add to it)
+    for f, w in zip(feeds[:5], want):
         got = q.run(["y"], f)[0]
-        assert want.shape == (1, 8) and np.allclose(got, want, atol=0.05 * float(np.abs(want).max()) + 1e-3)
+        assert w.shape == (1, 8) and np.abs(got - w).max() <= 0.02 * span, (np.abs(got - w).max(), span)
 
 
 def test_weights_inside_a_loop_body_stay_float_and_the_report_says_where(tmp_path):
