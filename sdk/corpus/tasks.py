@@ -404,15 +404,11 @@ class Landmarks(Task):
 
 def run_reference(model_path: str, feeds: Sequence[Feed], unfused: bool = False) -> List[List[np.ndarray]]:
     """Outputs of an ONNX model on ``feeds`` with ONNX Runtime's CPU provider (for tests/benchmarks);
-    ``unfused``: a QDQ model's exact int8 arithmetic, what a target other than this host computes
-    (:func:`sdk.quantize.accuracy.ort_session`)."""
-    import onnxruntime as ort
+    ``unfused``: a QDQ model's exact int8 arithmetic, what a target other than this host computes,
+    opened as the quantizer's guard opens it (:func:`sdk.quantize.accuracy.ort_session`)."""
+    from ..quantize.accuracy import ort_session
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if unfused:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
+    sess = ort_session(model_path, unfused=unfused)
     return [sess.run(None, f) for f in feeds]
 
 
