@@ -15,7 +15,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Dict, Iterator
 
-__all__ = ["cancel_all", "cancelled", "check_cancelled", "reset", "in_flight", "abort_hook", "CANCEL_WAIT_S"]
+__all__ = ["cancel_all", "cancelled", "check_cancelled", "reset", "in_flight", "abort_hook", "signals_deferred",
+           "deferring", "CANCEL_WAIT_S"]
 
 CANCEL_WAIT_S = 2.8          # how long cancel_all waits for board jobs to be stopped (TERM, then KILL)
 
@@ -23,6 +24,7 @@ _flag = threading.Event()
 _cond = threading.Condition()
 _running = {"n": 0}
 _hooks: Dict[int, Callable[[], None]] = {}
+_deferred = threading.local()
 
 
 def cancelled() -> bool:
@@ -51,6 +53,24 @@ def in_flight() -> Iterator[None]:
         with _cond:
             _running["n"] -= 1
             _cond.notify_all()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """While the block runs in this thread (a process being started: Python's at-fork hooks
+    swallow an exception raised inside them), a signal handler that sees :func:`deferring`
+    only cancels; the :class:`KeyboardInterrupt` comes from the next :func:`check_cancelled`."""
+    depth = getattr(_deferred, "depth", 0)
+    _deferred.depth = depth + 1
+    try:
+        yield
+    finally:
+        _deferred.depth = depth
+
+
+def deferring() -> bool:
+    """True inside :func:`signals_deferred` in this thread (signal handlers run in the main one)."""
+    return getattr(_deferred, "depth", 0) > 0
 
 
 @contextmanager

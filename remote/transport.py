@@ -16,10 +16,10 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import BoardConnectionError, RemoteCommandError, TransferError
-from .cancel import cancelled, check_cancelled, in_flight
+from .cancel import cancelled, check_cancelled, in_flight, signals_deferred
 from .ssh import (CANCEL_GRACE_S, DEFAULT_COMMAND_TIMEOUT_S, HEARTBEAT_S, KILL_GRACE_S, STDERR_KEEP_BYTES,
                   CommandResult, SSHConnection, _too_large)
 
@@ -93,30 +93,40 @@ class _TooLarge(Exception):
         self.out = out
 
 
-_PRCTL: Dict[str, Any] = {}
+_DEATH: Dict[str, Any] = {}
 
 
-def _die_with_parent() -> Optional[Callable[[], None]]:
-    """A ``preexec_fn`` that asks Linux to TERM the child when this process goes
-    (``prctl(PR_SET_PDEATHSIG, SIGTERM)``): the local board's shell does not outlive a killed
-    host. libc is looked up here, before the fork; None off Linux."""
-    if "fn" not in _PRCTL:
-        _PRCTL["fn"] = None
+def _die_with_parent() -> Tuple[List[str], Optional[Callable[[], None]]]:
+    """How the local board's shell is TERMed when this process goes
+    (``PR_SET_PDEATHSIG``, SIGTERM), so it does not outlive a killed host: an argv prefix
+    (util-linux ``setpriv --pdeathsig TERM``), else a ``preexec_fn`` calling ``prctl``. The
+    prefix is preferred: a ``preexec_fn`` makes Python run its at-fork hooks in this process,
+    and a Ctrl-C/SIGHUP handler that raises inside one is printed and swallowed
+    (``Exception ignored in: <function _releaseLock>``). Looked up once; nothing off Linux."""
+    if "how" not in _DEATH:
+        _DEATH["how"] = ([], None)
         if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-                import signal
+            import shutil
 
-                prctl = ctypes.CDLL(None, use_errno=True).prctl
-                term = int(signal.SIGTERM)
+            setpriv = shutil.which("setpriv")
+            if setpriv and subprocess.run([setpriv, "--pdeathsig", "TERM", "true"], stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0:
+                _DEATH["how"] = ([setpriv, "--pdeathsig", "TERM"], None)
+            else:                               # util-linux before 2.33, busybox: prctl before exec
+                try:
+                    import ctypes
+                    import signal
 
-                def preexec() -> None:
-                    prctl(1, term, 0, 0, 0)          # PR_SET_PDEATHSIG = 1
-                _PRCTL["fn"] = preexec
-            except (OSError, AttributeError):
-                pass
-    fn: Optional[Callable[[], None]] = _PRCTL["fn"]
-    return fn
+                    prctl = ctypes.CDLL(None, use_errno=True).prctl
+                    term = int(signal.SIGTERM)
+
+                    def preexec() -> None:
+                        prctl(1, term, 0, 0, 0)          # PR_SET_PDEATHSIG = 1
+                    _DEATH["how"] = ([], preexec)
+                except (OSError, AttributeError):
+                    pass
+    how: Tuple[List[str], Optional[Callable[[], None]]] = _DEATH["how"]
+    return how
 
 
 class Transport:
@@ -206,10 +216,12 @@ class LocalTransport(Transport):
              max_output_bytes: Optional[int] = None) -> CommandResult:
         start = time.monotonic()
         check_cancelled()
+        prefix, preexec = _die_with_parent()
         with in_flight():
-            proc = subprocess.Popen(["sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=_die_with_parent())
+            with signals_deferred():    # an interrupt while the process starts cancels; _wait raises it
+                proc = subprocess.Popen([*prefix, "sh", "-c", command], cwd=self.home, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                        preexec_fn=preexec)
             try:
                 out, err = self._wait(proc, input, timeout_s, start, hold_stdin, max_output_bytes)
             except subprocess.TimeoutExpired as exc:

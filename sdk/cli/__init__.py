@@ -294,6 +294,8 @@ def _install_sigint() -> Any:
         _SIGNALLED.setdefault("signum", int(signum))
         if cancel is not None:
             cancel.cancel_all(wait_s=0)
+            if cancel.deferring():          # a process is being started: the job raises once it can
+                return
         raise KeyboardInterrupt
 
     return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}

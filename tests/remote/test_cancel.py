@@ -5,6 +5,8 @@ over a real sshd and on the ``local`` board."""
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -160,3 +162,56 @@ def test_a_second_ctrl_c_does_not_leave_the_board_running(tmp_path, boards, exam
     time.sleep(0.3)
     took = interrupt(proc, board_pids)
     assert took < STOP_WITHIN_S
+
+
+#: A child process that installs the CLI's signal handling, then starts local board commands in
+#: its main thread through the ``preexec_fn`` path (no setpriv); a Python at-fork hook sends it
+#: SIGHUP, so the handler runs inside the hook every time: the race CI once hit by chance.
+_HANGUP_IN_FORK = r"""
+import os, signal, sys
+from sdk.cli import _install_sigint, _SIGNALLED
+from sdk.remote import transport
+transport._DEATH["how"] = ([], lambda: None)
+os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGHUP))
+_install_sigint()
+try:
+    for _ in range(50):
+        transport.LocalTransport().run("sleep 5", timeout_s=60)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", _SIGNALLED.get("signum"))
+"""
+
+
+def test_a_signal_while_a_board_command_starts_is_not_swallowed():
+    """A hangup that lands inside Python's at-fork hooks is neither lost nor printed as an ignored
+    exception: the handler only cancels there, and the command raises KeyboardInterrupt at once."""
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _HANGUP_IN_FORK], capture_output=True, text=True,
+                          timeout=120, cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.stdout.strip() == f"interrupted {int(signal.SIGHUP)}", (done.stdout, done.stderr)
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert time.monotonic() - t0 < 60       # not after the 5 s command ran to its end, 50 times
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv on this machine (util-linux)")
+def test_a_board_command_starts_without_pythons_at_fork_hooks():
+    """With setpriv the shell gets its parent-death signal without a ``preexec_fn``, so no Python
+    code (no at-fork hook a signal could interrupt) runs while the local board's process starts."""
+    script = ("import os; from sdk.remote.transport import LocalTransport; calls = []; "
+              "os.register_at_fork(before=lambda: calls.append(1)); "
+              "LocalTransport().run('true', timeout_s=60); print(len(calls))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.stdout.strip() == "0", (done.stdout, done.stderr)
+
+
+def test_the_local_board_shell_dies_with_this_process():
+    """The local board's shell carries PR_SET_PDEATHSIG = SIGTERM (through setpriv, or prctl in
+    a preexec_fn where setpriv is missing); read back by the shell's own exec'd Python."""
+    probe = ("import ctypes; c = ctypes.c_int(); "
+             "ctypes.CDLL(None).prctl(2, ctypes.byref(c), 0, 0, 0); print(c.value)")   # PR_GET_PDEATHSIG
+    from sdk.remote.transport import LocalTransport
+
+    out = LocalTransport().run(f"exec {shlex.quote(sys.executable)} -c {shlex.quote(probe)}", timeout_s=60)
+    assert out.stdout.decode().strip() == str(int(signal.SIGTERM)), out
