@@ -144,8 +144,11 @@ def _print_bench(result: Any, json_path: Optional[str], samples: bool) -> None:
 
     c = console()
     c.print(latency_table(f"{Path(str(result.model['path'])).name} latency", [(result.target, result)]))
+    delegated = (result.runtime or {}).get("delegated")
+    taken = (f"; delegates took {delegated['nodes']} of {delegated['of']} nodes ({delegated['partitions']} "
+             "partitions)") if delegated else ""
     c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
-            f"{result.target} {result.runtime_version or ''}".rstrip())
+            f"{result.target} {result.runtime_version or ''}".rstrip() + taken)
     for note in (result.settings or {}).get("notes") or []:
         c.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     for line in noise_lines(result.target, result):

@@ -102,6 +102,9 @@ class TFLiteTarget(Target):
             "quantized_io": cfg.quantized_io,
             "signature": signature,
         }
+        delegated = _delegated(interp)
+        if delegated is not None:
+            meta["delegated"] = delegated
         artifact = Artifact(self.name, model.sha256, path=model.path if data is None else None, data=data,
                             metadata=meta, inputs=list(probe.inputs), outputs=list(probe.outputs))
         self._built = (artifact, interp, delegates)  # the first open reuses this interpreter
@@ -129,3 +132,19 @@ class TFLiteTarget(Target):
         return TFLiteSession(interp, signature=signature, quantized_io=cfg.quantized_io, delegates=delegates,
                              runtime=rt.describe(),
                              source=(rt, artifact.data if artifact.path is None else str(artifact.path)))
+
+
+def _delegated(interp: Any) -> Optional[Dict[str, int]]:
+    """What the delegates (XNNPACK by default) took of the graph, read from the interpreter's
+    execution plan: ``{"nodes": taken, "of": all model nodes, "partitions": delegate nodes}``;
+    None where the runtime does not list its nodes. 0 nodes with XNNPACK on means every op ran on
+    the builtin kernels (seen where XNNPACK's cpuinfo cannot read the CPU lists)."""
+    from .capability import delegated_nodes
+
+    try:
+        ops = interp._get_ops_details()
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    taken, partitions = delegated_nodes(ops)
+    return {"nodes": len(taken), "of": sum(op["op_name"] != "DELEGATE" for op in ops), "partitions": partitions}
+

@@ -6,7 +6,11 @@ uploads (internal-sftp, in the same chroot) lives inside the arm64 rootfs: the b
 Debian's arm64 ``/usr/bin/python3`` with Debian's NumPy and the aarch64 wheels of onnxruntime and
 ai-edge-litert, run by qemu-user through binfmt_misc (the ``F`` flag lets the kernel start it inside
 the chroot). A fresh ``proc`` is mounted in the rootfs so the board sees its kernel (the host's
-x86-64: that is how the agent tells it runs emulated, :func:`sdk.hostinfo.emulation`).
+x86-64: that is how the agent tells it runs emulated, :func:`sdk.hostinfo.emulation`). A SIMULATED
+``/sys`` (a read-only tmpfs holding only ``devices/system/cpu/{possible,present,online}``, this
+machine's CPU count) stands in for the kernel's CPU lists, which qemu-user cannot give: without
+them XNNPACK's cpuinfo fails and LiteRT runs the board's ``.tflite`` on its builtin kernels, where a
+real board runs XNNPACK. The host's own ``/sys`` is not used: it describes x86 CPUs.
 
 :func:`arm_board_unavailable` is the one check the tier goes through: None when the board can be
 started, else the reason (no root, no qemu-aarch64-static, binfmt_misc not enabled, the rootfs not
@@ -97,12 +101,13 @@ def skip_or_fail(reason: str) -> None:
 @dataclass
 class ArmBoard:
     """A running emulated board: its sshd, the rootfs, the board's workdir (a path inside the
-    rootfs, as the board sees it) and the mounted proc."""
+    rootfs, as the board sees it) and what this board mounted (proc, the simulated sys)."""
 
     sshd: Sshd
     rootfs: Path
     workdir: str
     proc_mounted: bool
+    sys_mounted: bool = False
 
     def host_path(self, board_path: str) -> Path:
         """Where a path of the board lies on this machine."""
@@ -113,16 +118,37 @@ class ArmBoard:
         shutil.rmtree(self.host_path(self.workdir), ignore_errors=True)
         if self.proc_mounted:
             subprocess.run(["umount", "-l", str(self.rootfs / "proc")], check=False)
+        if self.sys_mounted:
+            subprocess.run(["umount", "-l", str(self.rootfs / "sys")], check=False)
+
+
+def mount_simulated_cpu_lists(rootfs: Path) -> bool:
+    """Mount the SIMULATED ``/sys`` in ``rootfs`` (CPUs 0..n-1, n = this machine's count) unless
+    one is there; True when this call mounted it."""
+    sys_dir = rootfs / "sys"
+    cpu = sys_dir / "devices" / "system" / "cpu"
+    if (cpu / "possible").exists():
+        return False
+    sys_dir.mkdir(exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "edgesdk-simulated-sys", str(sys_dir)],
+                   check=True)
+    cpu.mkdir(parents=True)
+    listed = f"0-{max(1, os.cpu_count() or 1) - 1}\n"
+    for name in ("possible", "present", "online"):
+        (cpu / name).write_text(listed)
+    subprocess.run(["mount", "-o", "remount,ro", str(sys_dir)], check=True)
+    return True
 
 
 def start_arm_board(rootfs: Path, authorized: Path, state_dir: Path) -> ArmBoard:
     """Start sshd on loopback with ``ChrootDirectory rootfs`` (sessions and internal-sftp inside
-    the arm64 userland), mount a fresh proc there, and make a per-run workdir."""
+    the arm64 userland), mount a fresh proc and the simulated sys there, and make a per-run workdir."""
     proc_dir = rootfs / "proc"
     mounted = False
     if not (proc_dir / "self").exists():
         subprocess.run(["mount", "-t", "proc", "proc", str(proc_dir)], check=True)
         mounted = True
+    sys_mounted = mount_simulated_cpu_lists(rootfs)
     workdir = f"/tmp/edgesdk-arm-{uuid.uuid4().hex[:8]}"
     (rootfs / workdir.lstrip("/")).mkdir(parents=True)
     host_key = keygen(state_dir / "host_ed25519")
@@ -146,8 +172,10 @@ def start_arm_board(rootfs: Path, authorized: Path, state_dir: Path) -> ArmBoard
         srv.stop()
         if mounted:
             subprocess.run(["umount", "-l", str(proc_dir)], check=False)
+        if sys_mounted:
+            subprocess.run(["umount", "-l", str(rootfs / "sys")], check=False)
         raise
-    return ArmBoard(srv, rootfs, workdir, mounted)
+    return ArmBoard(srv, rootfs, workdir, mounted, sys_mounted)
 
 
 def profile_text(name: str, board: ArmBoard) -> str:

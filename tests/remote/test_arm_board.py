@@ -260,3 +260,19 @@ def test_streaming_tflite_with_carried_state_on_the_board(arm, tmp_path):
     assert set(board["compare"]) == {"output", "stateN"}
     assert min(m["cosine"] for m in board["compare"].values()) >= 0.9999, board["compare"]
     _check_emulated(report)
+
+
+def test_the_boards_litert_runs_xnnpack(arm, tmp_path):
+    """`sdk push` of a .tflite reports what the board's delegates took (``runtime.delegated``, from
+    LiteRT's execution plan there): XNNPACK takes nodes, as on a real aarch64 board. Its cpuinfo
+    reads the board's (simulated) CPU lists under /sys; without them every op ran on the builtin
+    kernels and ``delegated.nodes`` was 0."""
+    name, env, _ = arm
+    out = tmp_path / "push.json"
+    proc = _sdk(env, "push", Path(__file__).resolve().parents[1] / "data" / "digits_float.tflite", "--board", name,
+                "--input-shape", "image=1x8x8x1", "--runs", "3", "--warmup", "1", "--min-seconds", "0", "--idle-seconds", "0",
+                "--json", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runtime = json.loads(out.read_text())[0]["runtime"]
+    assert runtime["xnnpack"] is True and runtime["delegated"]["nodes"] > 0, runtime
+    assert runtime["delegated"]["partitions"] >= 1, runtime

@@ -173,6 +173,15 @@ def test_threads_and_xnnpack_off_give_the_same_answer(ref):
             np.testing.assert_allclose(s.run({"image": ref["x"]})["output_0"], base, atol=1e-4)
 
 
+def test_the_artifact_says_what_the_delegates_took():
+    """``delegated`` is read from the interpreter's execution plan, not the option asked for: XNNPACK
+    on takes nodes of the digits model in partitions, off takes none (all builtin kernels)."""
+    on = get_target("tflite").prepare(FLOAT).metadata["delegated"]
+    off = get_target("tflite", xnnpack=False).prepare(FLOAT).metadata["delegated"]
+    assert 0 < on["nodes"] <= on["of"] and on["partitions"] >= 1, on
+    assert off == {"nodes": 0, "of": on["of"], "partitions": 0}, off
+
+
 @pytest.mark.parametrize("opts,match", [
     ({"threads": 0}, "threads must be >= 1"),
     ({"quantized_io": "int"}, "quantized_io"),
