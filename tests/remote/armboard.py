@@ -10,7 +10,11 @@ x86-64: that is how the agent tells it runs emulated, :func:`sdk.hostinfo.emulat
 ``/sys`` (a read-only tmpfs holding only ``devices/system/cpu/{possible,present,online}``, this
 machine's CPU count) stands in for the kernel's CPU lists, which qemu-user cannot give: without
 them XNNPACK's cpuinfo fails and LiteRT runs the board's ``.tflite`` on its builtin kernels, where a
-real board runs XNNPACK. The host's own ``/sys`` is not used: it describes x86 CPUs.
+real board runs XNNPACK. The host's own ``/sys`` is not used: it describes x86 CPUs. The board's CPU
+is qemu's model of a Cortex-A76 (a Raspberry Pi 5's core; ``QEMU_CPU``, set by sshd for every session),
+not qemu's default ``max``: under ``max`` (qemu 7.2) XNNPACK picks kernels for extensions no such
+board has, and their emulation gave wrong int8 results (layout-cdla's INT8 ``.tflite``: output cosine
+0.02 vs the host, 0.92-0.995 on the A76 model, as between the host's own XNNPACK and builtin kernels).
 
 :func:`arm_board_unavailable` is the one check the tier goes through: None when the board can be
 started, else the reason (no root, no qemu-aarch64-static, binfmt_misc not enabled, the rootfs not
@@ -32,6 +36,8 @@ from tests.remote.sshd import SSH_KEYGEN, SSHD, Sshd, free_port, keygen, wait_li
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTFS_SCRIPT = REPO / "scripts" / "arm_rootfs.sh"
+#: the CPU qemu-user models for the board (see the module's docstring)
+BOARD_CPU = "cortex-a76"
 REQUIRE_ENV = "EDGESDK_REQUIRE_ARM"
 
 
@@ -161,7 +167,8 @@ def start_arm_board(rootfs: Path, authorized: Path, state_dir: Path) -> ArmBoard
         "PubkeyAuthentication yes", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "UsePAM no", "StrictModes no", "PidFile none", "PermitRootLogin yes", "AllowTcpForwarding no",
         "X11Forwarding no", "PrintMotd no", "LogLevel ERROR", "MaxStartups 64:30:128", "MaxSessions 64",
-        f"ChrootDirectory {rootfs}", "Subsystem sftp internal-sftp", "SetEnv SHLVL=1", ""]))
+        f"ChrootDirectory {rootfs}", "Subsystem sftp internal-sftp",
+        f"SetEnv SHLVL=1 QEMU_CPU={BOARD_CPU}", ""]))
     log = state_dir / "sshd.log"
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=open(log, "wb"), stderr=subprocess.STDOUT)

@@ -276,3 +276,17 @@ def test_the_boards_litert_runs_xnnpack(arm, tmp_path):
     runtime = json.loads(out.read_text())[0]["runtime"]
     assert runtime["xnnpack"] is True and runtime["delegated"]["nodes"] > 0, runtime
     assert runtime["delegated"]["partitions"] >= 1, runtime
+
+
+def test_the_board_cpu_is_a_cortex_a76_model(arm):
+    """qemu models a Cortex-A76 (ARMv8.2: dot product, no SVE), not its ``max`` CPU, whose
+    extensions gave XNNPACK's int8 kernels wrong results; read from the board's own HWCAP."""
+    from sdk.remote.board import Board
+
+    name, _, _ = arm
+    probe = "import ctypes; print(ctypes.CDLL(None).getauxval(16))"        # AT_HWCAP
+    with Board(name) as board:
+        out = board.transport.run(["/usr/bin/python3", "-c", probe], timeout_s=300)
+    hwcap = int(out.stdout.decode())
+    assert hwcap & (1 << 20), hex(hwcap)          # HWCAP_ASIMDDP: the A76's dot product
+    assert not hwcap & (1 << 22), hex(hwcap)      # HWCAP_SVE: qemu's max CPU has it, an A76 has not
