@@ -13,7 +13,8 @@ import numpy as np
 
 from ..errors import QuantizationError, first_line
 
-__all__ = ["ort_session", "OutputAccumulator", "evaluate", "layer_sensitivity", "Budget"]
+__all__ = ["ort_session", "OutputAccumulator", "evaluate", "Evaluation", "add_intervals", "not_established",
+           "layer_sensitivity", "Budget"]
 
 
 def ort_session(proto_or_bytes: Any, threads: Optional[int] = None, unfused: bool = False):
@@ -100,6 +101,45 @@ def _distributions(x: np.ndarray) -> bool:
         and bool(np.allclose(x.sum(-1), 1.0, atol=1e-3))
 
 
+class Evaluation(dict):
+    """:func:`evaluate`'s result (a plain dict in reports), keeping each judged output's per-sample
+    FP32 and INT8 arrays in ``pairs`` for :func:`add_intervals` (never serialized)."""
+
+    pairs: Dict[str, Tuple[List[np.ndarray], List[np.ndarray]]]
+
+
+def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any]) -> None:
+    """Each role-judged output of ``result`` (an :class:`Evaluation`) gets ``role_interval``, the
+    range its score would likely fall in on other samples like these (:meth:`Role.interval`), and
+    ``role_established``: whether even its low end keeps the role's bound (few held-out samples
+    often cannot: 16 of 16 rows agreeing cannot establish a top-1 agreement of 0.99)."""
+    from .roles import INTERVAL_LEVEL
+
+    pairs = getattr(result, "pairs", {})
+    for k, role in roles.items():
+        row = result["outputs"].get(k)
+        if row is None or "role_score" not in row or k not in pairs:
+            continue
+        lo, hi = role.interval(*pairs[k])
+        row.update({"role_interval": [lo, hi], "role_interval_level": INTERVAL_LEVEL,
+                    "role_established": bool(lo >= row["role_min"])})
+    if isinstance(result, Evaluation):
+        result.pairs = {}     # the arrays are not needed past this point
+
+
+def not_established(result: Mapping[str, Any]) -> Optional[str]:
+    """One line when the budget holds on these samples but they are too few to establish it (the
+    low end of an output's interval from :func:`add_intervals` is below its bound); else None."""
+    weak = [(k, o) for k, o in result["outputs"].items() if o.get("role_established") is False]
+    if not weak:
+        return None
+    what = "; ".join(f"{k}: {o['role_metric'].split(' (')[0]} {o['role_score']:.4f}, "
+                     f"{100 * o['role_interval_level']:.0f}% interval {o['role_interval'][0]:.4f}-"
+                     f"{o['role_interval'][1]:.4f} below its bound {o['role_min']:g}" for k, o in weak)
+    return (f"the budget holds on {result['samples']} samples, but so few cannot establish it ({what}): "
+            f"give more calibration data, or --eval with more samples")
+
+
 def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], List[Any], int]],
              label_output: Optional[str] = None, ref_cache: Optional[List[Dict[str, np.ndarray]]] = None,
              task_metric: Optional[Callable[[Any, Any], float]] = None,
@@ -132,11 +172,13 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         samples += n
         _count_labels(labels, ref[label_output], out[label_output], counts)
     correct_ref, correct_q, labelled = counts
-    result: Dict[str, Any] = {"samples": samples, "outputs": {k: a.result() for k, a in acc.items()}}
+    result = Evaluation(samples=samples, outputs={k: a.result() for k, a in acc.items()})
+    result.pairs = {}
     for i, k in enumerate(names):
         role = (roles or {}).get(k)
         if role is not None:   # what the task reads from this output (sdk.quantize.roles)
-            score = role.score([r[i] for r in refs], [c[i] for c in cands])
+            result.pairs[k] = ([r[i] for r in refs], [c[i] for c in cands])
+            score = role.score(*result.pairs[k])
             result["outputs"][k].update({"role": role.name, "role_metric": role.metric, "role_score": score,
                                          "role_min": role.min_score})
     if task_metric is not None:

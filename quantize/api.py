@@ -315,7 +315,8 @@ class QuantizeConfig:
     #: without ``eval_data``: hold out the last 20% (at least 8) of the calibration samples, never used
     #: for ranges, and check the default budget on them (:mod:`sdk.quantize.guard`)
     guard: bool = True
-    #: a run whose accuracy could not be checked (too few samples to hold out) is a failure
+    #: a run whose accuracy could not be checked (too few samples to hold out), or whose samples are too
+    #: few to establish a budget that holds on them (accuracy.not_established), is a failure
     strict: bool = False
     #: before the fallback keeps a MatMul/Gemm fed by a LayerNorm in float, try it in INT8 with
     #: activation-weight balancing (:mod:`sdk.quantize.smooth`); False: float directly, as before
@@ -605,7 +606,7 @@ class _Run:
 
     def accuracy(self) -> None:
         from ..sources import batched
-        from .accuracy import evaluate, ort_session
+        from .accuracy import add_intervals, evaluate, not_established, ort_session
 
         cfg = self.cfg
         if cfg.eval_data is None and self.held_out is None:
@@ -631,9 +632,16 @@ class _Run:
         needs_fallback = self.budget.active and not self.budget.holds(result)
         if cfg.sensitivity or needs_fallback:
             result = self._fallback(eval_src, run_eval, result, needs_fallback)
+        add_intervals(result, roles or {})
         self.accuracy_report = result
         holds = self.budget.holds(result) if self.budget.active else None
         self.budget_report = budget_record(self.budget, cfg, self.held_out, result, roles)
+        weak = not_established(result) if self.budget_report["established"] is False else None
+        if weak is not None:
+            self.warnings.append(weak)
+            warnings.warn(weak, stacklevel=3)
+            if cfg.strict:
+                self.failures.append(weak)
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
@@ -907,7 +915,17 @@ def budget_record(budget: Any, cfg: QuantizeConfig, held_out: Any, result: Mappi
             "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
             "checked": True, "checked_on": _checked_on(held_out, result["samples"]), "by_role": budget.by_role,
             "roles": {k: r.describe() for k, r in roles.items()},
-            "holds": budget.holds(result) if budget.active else None}
+            "holds": budget.holds(result) if budget.active else None,
+            "established": _established(budget, result)}
+
+
+def _established(budget: Any, result: Mapping[str, Any]) -> Optional[bool]:
+    """Whether the samples establish a holding budget: the low end of every role-judged output's
+    interval (``accuracy.add_intervals``) keeps its bound; None when not judged by role or not held."""
+    rows = [o for o in result["outputs"].values() if "role_established" in o]
+    if not (budget.active and budget.by_role and rows and budget.holds(result)):
+        return None
+    return all(o["role_established"] for o in rows)
 
 
 def _checked_on(held_out: Any, samples: int) -> str:

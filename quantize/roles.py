@@ -33,13 +33,19 @@ cosine     anything else                                  cosine of the whole ou
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["Role", "ROLES", "register_role", "infer_roles", "get_role", "parse_output_roles"]
+__all__ = ["Role", "ROLES", "register_role", "infer_roles", "get_role", "parse_output_roles", "wilson_interval",
+           "INTERVAL_LEVEL"]
+
+#: the confidence of the interval a report gives around each role's score (:meth:`Role.interval`)
+INTERVAL_LEVEL = 0.9
+#: resamplings of the samples for a bootstrap interval (seeded: a report is reproducible)
+BOOTSTRAP_RESAMPLES = 200
 
 
 class Role:
@@ -57,9 +63,50 @@ class Role:
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
         raise NotImplementedError
 
+    def units(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Optional[Tuple[int, int]]:
+        """``(agreeing, total)`` where the score is a share of countable units (rows, positions,
+        characters); None where it is pooled over the samples (an IoU, a mAP, a cosine)."""
+        return None
+
+    def interval(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray],
+                 level: float = INTERVAL_LEVEL) -> Tuple[float, float]:
+        """The range the score on other samples like these would likely fall in: Wilson's score
+        interval over the units where the score is a share of them (it stays honest at 16 of 16: a
+        bootstrap would say [1, 1]); otherwise the percentile bootstrap over the samples."""
+        counted = self.units(reference, candidate)
+        if counted is not None:
+            return wilson_interval(counted[0], counted[1], level)
+        n, score_of = self.resampler(reference, candidate)
+        score = self.score(reference, candidate)
+        if n < 2:
+            return score, score
+        rng = np.random.default_rng(0)
+        boot = [score_of(pick) for pick in rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))]
+        lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
+        return min(float(lo), score), max(float(hi), score)
+
+    def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
+                  ) -> Tuple[int, Callable[[np.ndarray], float]]:
+        """The bootstrap's units and the score of a resampling of them (indices): the samples and
+        :meth:`score` here; a role with costly per-sample work does it once."""
+        return (min(len(reference), len(candidate)),
+                lambda pick: self.score([reference[i] for i in pick], [candidate[i] for i in pick]))
+
     def describe(self) -> Dict[str, Any]:
         return {"role": self.name, "metric": self.metric, "min": self.min_score,
                 **{k: v for k, v in self.params.items() if isinstance(v, (str, int, float, bool))}}
+
+
+def wilson_interval(agreeing: int, total: int, level: float = INTERVAL_LEVEL) -> Tuple[float, float]:
+    """Wilson's score interval of the share ``agreeing / total`` at confidence ``level``."""
+    from statistics import NormalDist
+
+    if total <= 0:
+        return 1.0, 1.0
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p, z2 = agreeing / total, z * z
+    centre, half = p + z2 / (2 * total), z * math.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+    return max(0.0, (centre - half) / (1 + z2 / total)), min(1.0, (centre + half) / (1 + z2 / total))
 
 
 ROLES: Dict[str, Type[Role]] = {}
@@ -152,25 +199,31 @@ class Classes(Role):
     metric = "top-1 agreement vs FP32 (a CTC-like sequence: 1 - error rate of its greedy reading)"
 
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        same, total = self.units(reference, candidate)
+        return same / total if total else 1.0
+
+    def units(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Tuple[int, int]:
+        """Rows (positions) agreeing and their number; for a CTC-like sequence, the characters of the
+        FP32 readings less the candidate's edits, and the characters."""
         pairs = [(np.asarray(r).argmax(-1), np.asarray(c).argmax(-1)) for r, c in zip(reference, candidate)
                  if np.shape(r) == np.shape(c) and np.ndim(r) >= 2]
         if not pairs:
-            return 1.0
+            return 0, 0
         if np.ndim(reference[0]) >= 3:   # a sequence: positions where either side reads more than the
             # commonest class (a CTC blank, a background), where a flip changes the decoded text
             mode = int(np.bincount(np.concatenate([a.ravel() for a, _ in pairs])).argmax())
             rows = [(ra, rb) for a, b in pairs for ra, rb in zip(_sequences(a), _sequences(b))]
             if any(_blank_inside(ra, mode) for ra, _ in rows):
-                from ..metrics import one_minus_error_rate
+                from ..metrics import edit_distance
 
-                return one_minus_error_rate((_greedy(ra, mode), _greedy(rb, mode)) for ra, rb in rows)
+                readings = [(_greedy(ra, mode), _greedy(rb, mode)) for ra, rb in rows]
+                chars = sum(len(a) for a, _ in readings)
+                edits = sum(edit_distance(a, b) for a, b in readings)
+                return max(0, chars - edits), chars
             live = [(a != mode) | (b != mode) for a, b in pairs]
-            total = sum(int(m.sum()) for m in live)
-            same = sum(int(((a == b) & m).sum()) for (a, b), m in zip(pairs, live))
-        else:
-            total = sum(a.size for a, _ in pairs)
-            same = sum(int((a == b).sum()) for a, b in pairs)
-        return same / total if total else 1.0
+            return (sum(int(((a == b) & m).sum()) for (a, b), m in zip(pairs, live)),
+                    sum(int(m.sum()) for m in live))
+        return sum(int((a == b).sum()) for a, b in pairs), sum(a.size for a, _ in pairs)
 
 
 def _sequences(a: np.ndarray) -> np.ndarray:
@@ -205,15 +258,19 @@ class Values(Role):
     default_min = 0.95
 
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
+        near, total = self.units(reference, candidate)
+        return near / total if total else 1.0
+
+    def units(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> Tuple[int, int]:
+        """Values within the tolerance, and all values (a sample's values are counted as if
+        independent: the interval is then narrower than the samples alone would allow)."""
         pairs = [(_f64(r), _f64(c)) for r, c in zip(reference, candidate) if np.shape(r) == np.shape(c)]
-        if not pairs:
-            return 1.0
+        if not any(r.size for r, _ in pairs):
+            return 0, 0
         lo = min(float(r.min()) for r, _ in pairs if r.size)
         hi = max(float(r.max()) for r, _ in pairs if r.size)
         tol = float(self.params.get("tolerance", 0.02)) * (hi - lo)
-        total = sum(r.size for r, _ in pairs)
-        near = sum(int((np.abs(r - c) <= tol).sum()) for r, c in pairs)
-        return near / total if total else 1.0
+        return sum(int((np.abs(r - c) <= tol).sum()) for r, c in pairs), sum(r.size for r, _ in pairs)
 
 
 @register_role
@@ -340,6 +397,19 @@ class Detections(Role):
             cand = self.detections(candidate, self.CONF)
             return 1.0 if not any(len(c) for c in cand) else 0.0
         return box_map(ref, self.detections(candidate, self.CONF / 10))
+
+    def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
+                  ) -> Tuple[int, Callable[[np.ndarray], float]]:
+        """Per image (batches split), detected and matched once; a resampling only re-ranks."""
+        if self.params.get("boxes", "xywh") != "xywh":
+            return super().resampler(reference, candidate)
+        from ..corpus.tasks import _match, map_of_matches
+
+        ref = self.detections(reference, self.CONF)
+        if not any(len(r) for r in ref):
+            return super().resampler(reference, candidate)
+        matched = [_match(r, c, 0.5) for r, c in zip(ref, self.detections(candidate, self.CONF / 10))]
+        return len(matched), lambda pick: map_of_matches([ref[i] for i in pick], [matched[i] for i in pick])
 
 
 @register_role

@@ -217,6 +217,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     fallback_kind = fallback_why = ""     # set by the fallback, when it runs
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
+        from .accuracy import add_intervals, not_established
         from .api import _budget, budget_record
 
         ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
@@ -225,7 +226,14 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
             data, info, accuracy, fails, fallback, fallback_kind, fallback_why = _fallback(
                 cfg, adapter, ev, qparams, data, info, accuracy, fails)
         failures += fails
+        add_intervals(accuracy, ev.roles)
         budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles)
+        weak = not_established(accuracy) if budget_report["established"] is False else None
+        if weak is not None:
+            warned.append(weak)
+            warnings.warn(weak, stacklevel=3)
+            if cfg.strict:
+                failures.append(weak)
     latency = _speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
         first_row is not None else None
     report = {
@@ -349,12 +357,13 @@ class _Eval:
 
     def evaluate(self, data: bytes) -> Dict[str, Any]:
         """INT8 ``data`` against the float model on the held-out samples."""
-        from .accuracy import OutputAccumulator
+        from .accuracy import Evaluation, OutputAccumulator
 
         ref = self.ref
         it = _int8_interpreter(data)
         got = [_run_int8(it, r) for r in self.rows]
         outs: Dict[str, Any] = {}
+        pairs: Dict[str, Any] = {}
         for k, n in enumerate(self.out_names):
             acc = OutputAccumulator()
             for x, g in zip(ref, got):
@@ -362,10 +371,11 @@ class _Eval:
             outs[n] = acc.result()
             role = self.roles.get(n)
             if role is not None:
+                pairs[n] = ([x[k] for x in ref], [g[k].reshape(x[k].shape) for x, g in zip(ref, got)])
                 outs[n].update({"role": role.name, "role_metric": role.metric, "role_min": role.min_score,
-                                "role_score": role.score([x[k] for x in ref], [g[k].reshape(x[k].shape)
-                                                                              for x, g in zip(ref, got)])})
-        result: Dict[str, Any] = {"samples": len(ref), "outputs": outs}
+                                "role_score": role.score(*pairs[n])})
+        result = Evaluation(samples=len(ref), outputs=outs)
+        result.pairs = pairs
         if self.cfg.task_metric is not None:
             result["task_metric"] = float(self.cfg.task_metric(ref, got))
         return result

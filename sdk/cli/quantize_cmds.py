@@ -48,7 +48,8 @@ def quantize_cmd(
         False, "--no-budget", help="Keep every layer in INT8; with --eval report accuracy, without it check nothing."),
     strict: bool = typer.Option(
         False, "--strict", help="Exit 1 when accuracy could not be checked (no --eval and too few calibration "
-                                "samples to hold out 8)."),
+                                "samples to hold out 8), or when the budget holds but the samples are too few "
+                                "to establish it (an output's 90% interval reaches below its bound)."),
     no_balance: bool = typer.Option(
         False, "--no-balance", help="Keep a MatMul/Gemm fed by a LayerNorm in float when the budget needs it, "
                                     "without first trying it in INT8 with activation-weight balancing."),
@@ -205,7 +206,11 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
             if "role" in m:
-                extra += f"; role {m['role']}: {m['role_metric']} {m['role_score']:.4f} (min {m['role_min']:g})"
+                extra += f"; role {m['role']}: {m['role_metric']} {m['role_score']:.4f} (min {m['role_min']:g}"
+                if "role_interval" in m:
+                    lo, hi = m["role_interval"]
+                    extra += f"; {100 * m['role_interval_level']:.0f}% interval {lo:.4f}-{hi:.4f}"
+                extra += ")"
             if "element_agreement" in m:
                 extra += f", equal elements {100 * m['element_agreement']:.1f}%"
             c.print(f"{name}: cosine {m['cosine']:.5f}, SNR {m['snr_db']:.1f} dB, max abs {m['max_abs_error']:.4g}{extra}")

@@ -139,10 +139,14 @@ def box_map(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], io
     """mAP at ``iou``: the reference's detections ``[x1, y1, x2, y2, score, class]`` are the ground
     truth, the candidate's are ranked by score; the mean over the classes the reference finds.
     1.0 when neither finds anything, 0.0 when only the candidate does."""
+    return map_of_matches(reference, [_match(ref, cand, iou) for ref, cand in zip(reference, candidate)])
+
+
+def map_of_matches(reference: Sequence[np.ndarray], matched: Sequence[Tuple[np.ndarray, np.ndarray]]) -> float:
+    """:func:`box_map` from each sample's ``_match`` result (a bootstrap resamples these, matching once)."""
     classes = sorted({int(c) for r in reference for c in r[:, 5]})
     if not classes:
-        return 1.0 if all(len(c) == 0 for c in candidate) else 0.0
-    matched = [_match(ref, cand, iou) for ref, cand in zip(reference, candidate)]
+        return 1.0 if all(len(c) == 0 for c, _ in matched) else 0.0
     aps = []
     for k in classes:
         n_truth = sum(int(np.sum(ref[:, 5] == k)) for ref in reference if len(ref))

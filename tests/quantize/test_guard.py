@@ -49,6 +49,42 @@ def test_run_without_eval_checks_the_default_budget_on_held_out_samples(residual
     assert "10 held-out calibration samples" in b["checked_on"]
     assert res.report["calibration"]["samples"] == 38 and res.report["accuracy"]["samples"] == 10
     assert b["roles"]  # the role chosen per output is named
+    out = res.report["accuracy"]["outputs"]["logits"]      # 100 values, all within 2%: Wilson's low end 0.974
+    assert out["role"] == "values" and 0.95 <= out["role_interval"][0] < 1.0 == out["role_interval"][1]
+    assert out["role_established"] is True and b["established"] is True
+    assert not any("cannot establish" in w for w in res.report["warnings"])
+
+
+def _classifier(path):
+    """The residual net's layers with a Softmax head: logits[N, 10] -> probabilities (the classes role)."""
+    g = qmodels.G(0)
+    s = g.op("Relu", [g.conv("x", 3, 8)])
+    r = g.conv(g.op("Relu", [g.conv(s, 8, 8)]), 8, 8)
+    p = g.op("Softmax", [g.gemm_head(g.op("Relu", [g.op("Add", [s, r])]), 8)], axis=1)
+    return g.save(path, ["N", 3, 12, 12], p, ["N", 10])
+
+
+def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict(tmp_path):
+    """10 held-out rows all agreeing hold a top-1 bound of 0.99, but cannot establish it (Wilson's
+    90% interval reaches 0.79): one warning line naming the output, its score and interval; the model
+    is written; --strict makes it a failure (exit 1 in the CLI)."""
+    model = _classifier(tmp_path / "cls.onnx")
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=qmodels.make_data(48, (3, 12, 12), seed=1))
+    res = quantize(model, calib, workers=1, speed_check=False, use_cache=False)
+    b, out = res.report["budget"], next(iter(res.report["accuracy"]["outputs"].values()))
+    assert b["holds"] is True and b["established"] is False and res.ok
+    assert out["role"] == "classes" and out["role_score"] == 1.0 and out["role_established"] is False
+    assert abs(out["role_interval"][0] - 0.7871) < 1e-4 and out["role_interval_level"] == 0.9
+    weak = [w for w in res.report["warnings"] if "cannot establish" in w]
+    assert len(weak) == 1 and "the budget holds on 10 samples" in weak[0] and "0.7871-1.0000" in weak[0], weak
+    strict = quantize(model, calib, workers=1, speed_check=False, use_cache=False, strict=True)
+    assert not strict.ok and any("cannot establish" in f for f in strict.failures)
+    r = _sdk("quantize", model, "--calib", calib, "-o", tmp_path / "q.onnx", "--no-speed-check", "--no-cache",
+             "--workers", "1", "--strict")
+    assert r.returncode == 1 and (tmp_path / "q.onnx").is_file(), r.stderr
+    assert "90% interval 0.7871-1.0000" in r.stdout and "cannot establish" in r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_too_few_samples_is_one_warning_and_not_checked(residual_model):

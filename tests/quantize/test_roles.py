@@ -210,3 +210,61 @@ def test_values_role_reads_landmark_coordinates_where_top1_and_cosine_do_not():
     cos = sum(float((r * b).sum()) for r, b in zip(ref, bad)) / np.sqrt(
         sum(float((r * r).sum()) for r in ref) * sum(float((b * b).sum()) for b in bad))
     assert cos > 0.99
+
+
+def test_wilson_interval_is_honest_at_every_row_agreeing():
+    """16 of 16 rows agreeing: a bootstrap would say [1, 1]; Wilson's interval (90%) reaches 0.855,
+    so 16 rows cannot establish a top-1 agreement of 0.99, while 1000 of 1000 can."""
+    from sdk.quantize.roles import wilson_interval
+
+    lo, hi = wilson_interval(16, 16)
+    assert hi == 1.0 and lo == pytest.approx(0.855, abs=1e-3)
+    assert wilson_interval(1000, 1000)[0] > 0.99
+    lo, hi = wilson_interval(50, 100)
+    assert lo == pytest.approx(0.5 - 0.0819, abs=2e-3) and hi == pytest.approx(0.5 + 0.0819, abs=2e-3)
+    assert wilson_interval(0, 0) == (1.0, 1.0)
+
+
+def test_classes_interval_counts_rows_and_ctc_characters():
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0, 1, (16, 5))
+    role = get_role("classes")
+    assert role.units([logits], [logits]) == (16, 16) and role.interval([logits], [logits])[0] < role.min_score
+    many = [rng.normal(0, 1, (1000, 5))]
+    assert role.interval(many, many)[0] >= role.min_score
+    ref = [_one_hot_sequence([0, 3, 3, 0, 0, 4, 0, 5, 0, 0])]
+    changed = [_one_hot_sequence([0, 3, 3, 0, 0, 2, 0, 5, 0, 0])]          # reads 3 2 5 for 3 4 5
+    assert role.units(ref, changed) == (2, 3) and role.score(ref, changed) == pytest.approx(2 / 3)
+
+
+def test_pooled_roles_take_a_seeded_bootstrap_over_the_samples():
+    """A mask IoU pooled over samples: the interval holds the score, is the same on every call, and
+    is wide where the samples disagree (a few bad ones) and narrow where they agree."""
+    rng = np.random.default_rng(7)
+    masks = [rng.uniform(0, 1, (1, 1, 32, 32)) for _ in range(16)]
+    bad = [m.copy() for m in masks]
+    for m in bad[:3]:
+        m[0, 0, :16] = 1 - m[0, 0, :16]                    # three samples lose half their mask
+    role = get_role("mask")
+    score = role.score(masks, bad)
+    lo, hi = role.interval(masks, bad)
+    assert lo <= score <= hi and (lo, hi) == role.interval(masks, bad) and hi - lo > 0.05
+    near = [m + 0.001 for m in masks]
+    lo2, hi2 = role.interval(masks, near)
+    assert lo2 >= role.min_score and hi2 - lo2 < 0.01
+    assert role.interval(masks[:1], bad[:1]) == (role.score(masks[:1], bad[:1]),) * 2
+
+
+def test_detections_bootstrap_matches_once_and_scores_as_box_map():
+    """The detections role resamples images whose boxes were decoded and matched once: a resampling
+    of every image in order scores exactly as the role does."""
+    rng = np.random.default_rng(11)
+    ref = [_yolo(rng) for _ in range(12)]
+    got = [r.copy() for r in ref]
+    for g in got[:4]:
+        g[0, 0] += 25.0                                     # four images' boxes shift by 25 px
+    role = get_role("detections", layout="channels", boxes="xywh")
+    n, score_of = role.resampler(ref, got)
+    assert n == 12 and score_of(np.arange(12)) == pytest.approx(role.score(ref, got))
+    lo, hi = role.interval(ref, got)
+    assert lo < role.score(ref, got) < 1.0 and hi - lo > 0.05
