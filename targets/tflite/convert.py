@@ -63,8 +63,12 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
     if io_layout not in ("onnx", "nhwc"):
         raise InputError(f"option io_layout={io_layout!r}", "use io_layout=onnx or io_layout=nhwc")
     prep = prepare(proto, input_shapes)
-    lw = lower(prep, io_layout)
+    lw = lower(prep, io_layout, fake_quant=int8_io is None)
     notes = list(prep.notes)
+    pairs = sum(1 for op in lw.g.ops if op.code == "QUANTIZE") if int8_io is None else 0
+    if pairs:
+        notes.append(f"{pairs} activation QuantizeLinear/DequantizeLinear pair(s) of the QDQ source kept as "
+                     "QUANTIZE -> DEQUANTIZE: this float file computes the same fake quantization")
     extra: Dict[str, Any] = {"io_layout": io_layout}
     if int8_io is not None:
         from .int8 import quantize_graph

@@ -10,7 +10,9 @@ graph boundaries. Constants are transposed when they are written, never at run t
 One handler per ONNX op type in :data:`HANDLERS`. A node that TFLite cannot express raises one
 :class:`~sdk.errors.ConversionError` naming the node, its op and the attribute, before anything is
 written. Activation Q/DQ pairs (a QDQ model) are read as the quantization of their tensor
-(:attr:`Lowering.qparams`) and lowered as identities; the int8 pass (:mod:`.int8`) uses them.
+(:attr:`Lowering.qparams`) and lowered as identities; the int8 pass (:mod:`.int8`) uses them. A QDQ
+model written as a float file (``fake_quant``) keeps them as QUANTIZE -> DEQUANTIZE: the same
+fake quantization the ONNX graph computes, so the file's outputs are the QDQ model's.
 """
 from __future__ import annotations
 
@@ -55,8 +57,9 @@ class Lowering:
     """The state of one conversion: the TFLite graph being built and each ONNX tensor's TFLite
     tensor and layout."""
 
-    def __init__(self, prep: Prepared, io_layout: str = "onnx"):
+    def __init__(self, prep: Prepared, io_layout: str = "onnx", fake_quant: bool = False):
         self.p = prep
+        self.fake_quant = fake_quant                     # Q/DQ as QUANTIZE/DEQUANTIZE, not identities
         self.g = TFLGraph()
         self.vals: Dict[str, Tuple[int, Perm]] = {}
         self._cache: Dict[Tuple[str, Perm], int] = {}
@@ -382,6 +385,58 @@ def _unary(lw: Lowering, node: Any) -> None:
     perm = lw.layout(x)
     y = lw.out(node.output[0], perm)
     lw.op(code, [lw.get(x, perm)], [y], opts)
+
+
+def _gelu(lw: Lowering, node: Any) -> None:
+    """ONNX ``Gelu`` (opset 20, or the exact GELU the preparation found written out): TFLite GELU."""
+    approximate = _attr(node, "approximate", "none")
+    approximate = approximate.decode() if isinstance(approximate, bytes) else str(approximate)
+    if approximate not in ("none", "tanh"):
+        raise lw.fail(f"approximate={approximate!r}", "approximate")
+    perm = lw.layout(node.input[0])
+    y = lw.out(node.output[0], perm)
+    lw.op("GELU", [lw.get(node.input[0], perm)], [y], "GeluOptions", approximate=approximate == "tanh")
+
+
+def _layer_norm(lw: Lowering, node: Any) -> None:
+    """ONNX ``LayerNormalization`` over the last axis, as TensorFlow's converter writes a layer norm:
+    MEAN, SUB, MUL (the square), MEAN, ADD epsilon, RSQRT, MUL, then MUL by the scale and ADD the bias."""
+    x = node.input[0]
+    rank = len(lw.shape(x))
+    if int(_attr(node, "axis", -1)) % rank != rank - 1:
+        raise lw.fail("normalization over more than the last axis", "axis")
+    if any(o for o in node.output[1:]):
+        raise lw.fail("the Mean / InvStdDev outputs", "outputs")
+    if not all(lw.is_const(i) for i in node.input[1:3] if i):
+        raise lw.fail("a scale or bias that is not constant", "Scale")
+    base = node.name or node.output[0]
+    shape = lw.shape(x)
+    row = tuple(shape[:-1]) + (1,)
+    xt = lw.get(x, None)
+    axes = lw.ints([rank - 1], f"{base}/axes")
+
+    def t(name: str, shp: Tuple[int, ...]) -> int:
+        return lw.g.add_tensor(f"{base}/{name}", shp)
+
+    mean, centred, square, var, var_eps, inv, normed = (t("mean", row), t("centred", shape), t("square", shape),
+                                                        t("var", row), t("var_eps", row), t("inv_std", row),
+                                                        t("normed", shape))
+    lw.op("MEAN", [xt, axes], [mean], "ReducerOptions", keepDims=True)
+    lw.op("SUB", [xt, mean], [centred], "SubOptions", fusedActivationFunction=0, potScaleInt16=False)
+    lw.op("MUL", [centred, centred], [square], "MulOptions", fusedActivationFunction=0)
+    lw.op("MEAN", [square, axes], [var], "ReducerOptions", keepDims=True)
+    eps = lw.g.const(f"{base}/epsilon", np.array(float(_attr(node, "epsilon", 1e-5)), np.float32))
+    lw.op("ADD", [var, eps], [var_eps], "AddOptions", fusedActivationFunction=0, potScaleInt16=False)
+    lw.op("RSQRT", [var_eps], [inv])
+    scale = lw.const(node.input[1]).astype(np.float32)
+    has_bias = len(node.input) > 2 and bool(node.input[2])
+    scaled = t("scaled", shape) if has_bias else lw.out(node.output[0], None)
+    lw.op("MUL", [centred, inv], [normed], "MulOptions", fusedActivationFunction=0)
+    lw.op("MUL", [normed, lw.g.const(f"{base}/scale", scale)], [scaled], "MulOptions", fusedActivationFunction=0)
+    if has_bias:
+        y = lw.out(node.output[0], None)
+        lw.op("ADD", [scaled, lw.g.const(f"{base}/bias", lw.const(node.input[2]).astype(np.float32))], [y],
+              "AddOptions", fusedActivationFunction=0, potScaleInt16=False)
 
 
 def _leaky(lw: Lowering, node: Any) -> None:
@@ -863,6 +918,9 @@ def _qdq(lw: Lowering, node: Any) -> None:
     zp = lw.const(node.input[2]).reshape(-1) if len(node.input) > 2 and node.input[2] else np.zeros(1, np.int64)
     if scale.size != 1:
         raise lw.fail("per-axis quantization of an activation", "axis")
+    if lw.fake_quant:
+        _fake_quant(lw, node, float(scale[0]), int(zp[0]))
+        return
     if node.op_type == "QuantizeLinear":
         zdt = lw.const(node.input[2]).dtype if len(node.input) > 2 and node.input[2] else np.dtype(np.uint8)
         z = int(zp[0]) - (128 if zdt == np.uint8 else 0)   # uint8 activations read as int8 (same levels)
@@ -874,6 +932,29 @@ def _qdq(lw: Lowering, node: Any) -> None:
             lw.int16.add(x)
     lw.alias(node.output[0], x)
     lw.p.dtypes[node.output[0]] = "float32"
+
+
+def _fake_quant(lw: Lowering, node: Any, scale: float, zero_point: int) -> None:
+    """QuantizeLinear -> QUANTIZE to its integer type; DequantizeLinear of that -> DEQUANTIZE (which
+    reads the integer tensor's quantization: the pair's scale and zero point must agree)."""
+    from .tflgraph import Quant
+
+    x = node.input[0]
+    perm = lw.layout(x)
+    if node.op_type == "QuantizeLinear":
+        zdt = lw.const(node.input[2]).dtype if len(node.input) > 2 and node.input[2] else np.dtype(np.uint8)
+        if zdt not in (np.dtype(np.int8), np.dtype(np.uint8)) and not (zdt == np.int16 and zero_point == 0):
+            raise lw.fail(f"{zdt} quantization" + (" with a zero point" if zdt == np.int16 else ""), "y_zero_point")
+        y = lw.out(node.output[0], perm, str(zdt))
+        lw.g.tensors[y].quant = Quant.tensor(scale, zero_point)
+        lw.op("QUANTIZE", [lw.get(x, perm)], [y])
+        return
+    q = lw.g.tensors[lw.get(x, perm)].quant
+    if q is None or q.scale.size != 1 or abs(float(q.scale[0]) - scale) > 1e-6 * scale or \
+            int(q.zero_point[0]) != zero_point:
+        raise lw.fail("a DequantizeLinear whose scale or zero point is not its QuantizeLinear's", "x_scale")
+    y = lw.out(node.output[0], perm, "float32")
+    lw.op("DEQUANTIZE", [lw.get(x, perm)], [y])
 
 
 def _lstm_checks(lw: Lowering, node: Any) -> None:
@@ -1017,6 +1098,7 @@ HANDLERS: Dict[str, HandlerFn] = {
     "Identity": _identity, "Dropout": _identity, "Cast": _cast, "Expand": _expand, "Tile": _tile,
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "BatchNormalization": _batchnorm,
     "QuantizeLinear": _qdq, "DequantizeLinear": _qdq, "LSTM": _lstm,
+    "Gelu": _gelu, "LayerNormalization": _layer_norm,
 }
 HANDLERS.update({k: _reduce for k in _REDUCE})
 HANDLERS.update({k: _unary for k in _UNARY})
@@ -1054,7 +1136,7 @@ def fuse_activations(g: TFLGraph) -> int:
     return len(dead)
 
 
-def lower(prep: Prepared, io_layout: str = "onnx") -> Lowering:
-    lw = Lowering(prep, io_layout)
+def lower(prep: Prepared, io_layout: str = "onnx", fake_quant: bool = False) -> Lowering:
+    lw = Lowering(prep, io_layout, fake_quant)
     lw.run()
     return lw

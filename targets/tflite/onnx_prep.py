@@ -10,6 +10,7 @@ tensor inference leaves open.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -207,6 +208,7 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
     inputs = [i.name for i in work.graph.input if i.name not in inits]
     prep = Prepared(g, nodes, consts, shapes, dtypes, inputs, graph_out, opset, notes, len(folded_nodes))
     _fold_batchnorm(prep)
+    _fuse_gelu(prep)
     return prep
 
 
@@ -253,3 +255,92 @@ def _fold_batchnorm(p: Prepared) -> None:
         conv.CopyFrom(new)
         drop.add(id(bn))
     p.nodes = [n for n in p.nodes if id(n) not in drop]
+
+
+def _scalar(p: Prepared, name: str) -> Optional[float]:
+    """The value of a one-element constant, else None."""
+    v = p.consts.get(name)
+    return float(np.asarray(v).reshape(-1)[0]) if v is not None and np.size(v) == 1 else None
+
+
+def _near(v: Optional[float], want: float) -> bool:
+    return v is not None and abs(v - want) <= 1e-4 * abs(want)
+
+
+def _other(node: Any, name: str) -> str:
+    """The other input of a two-input node."""
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def _gelu_chain(p: Prepared, erf: Any, producer: Mapping[str, Any], only_reader: Any) -> Optional[Tuple[str, List[Any], str]]:
+    """``(x, the chain's nodes, its output)`` when ``erf`` is the middle of an exact GELU, else None."""
+    scaled = producer.get(erf.input[0])
+    if scaled is None or only_reader(erf.input[0]) is not erf or scaled.op_type not in ("Div", "Mul"):
+        return None
+    x = scaled.input[0] if scaled.op_type == "Div" else next((i for i in scaled.input if i not in p.consts), "")
+    c = _scalar(p, scaled.input[1] if scaled.op_type == "Div" else _other(scaled, x))
+    if not x or not _near(c, math.sqrt(2.0) if scaled.op_type == "Div" else math.sqrt(0.5)):
+        return None
+    add = only_reader(erf.output[0])
+    if add is None or add.op_type != "Add" or not _near(_scalar(p, _other(add, erf.output[0])), 1.0):
+        return None
+    m1 = only_reader(add.output[0])
+    if m1 is None or m1.op_type != "Mul":
+        return None
+    f = _other(m1, add.output[0])
+    if _near(_scalar(p, f), 0.5) or f == x:            # (1 + erf) * 0.5, then * x; or * x, then * 0.5
+        m2 = only_reader(m1.output[0])
+        if m2 is None or m2.op_type != "Mul":
+            return None
+        last = _other(m2, m1.output[0])
+        if not (last == x if f != x else _near(_scalar(p, last), 0.5)):
+            return None
+        return x, [scaled, erf, add, m1, m2], m2.output[0]
+    half = producer.get(f)                              # (x * 0.5) * (1 + erf)
+    if half is None or half.op_type != "Mul" or only_reader(f) is not m1 or x not in half.input or \
+            not _near(_scalar(p, _other(half, x)), 0.5):
+        return None
+    return x, [scaled, erf, add, m1, half], m1.output[0]
+
+
+def _fuse_gelu(p: Prepared) -> None:
+    """The exact GELU as exporters write it, ``x * 0.5 * (1 + Erf(x / sqrt(2)))`` (the Muls in any
+    order, ``x / sqrt(2)`` as Div or as Mul by 1/sqrt(2)), becomes one ONNX ``Gelu`` node (opset 20's
+    op, approximate "none"), lowered to TFLite's GELU builtin: TFLite has no Erf."""
+    import onnx
+
+    readers: Dict[str, List[Any]] = {}
+    for n in p.nodes:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    producer = {o: n for n in p.nodes for o in n.output}
+    outputs = set(p.outputs)
+
+    def only_reader(name: str) -> Optional[Any]:
+        r = readers.get(name, [])
+        return r[0] if len(r) == 1 and name not in outputs else None
+
+    drop: Dict[int, Any] = {}
+    for erf in [n for n in p.nodes if n.op_type == "Erf"]:
+        found = _gelu_chain(p, erf, producer, only_reader)
+        if found is None or any(id(n) in drop for n in found[1]):
+            continue
+        x, chain, out = found
+        gelu = onnx.helper.make_node("Gelu", [x], [out], name=f"{erf.name or out}/gelu", approximate="none")
+        for n in chain:
+            drop[id(n)] = gelu
+    if not drop:
+        return
+    pos = {id(n): i for i, n in enumerate(p.nodes)}
+    last: Dict[int, int] = {}
+    for nid, g in drop.items():     # each Gelu where its chain's output stood (after its input)
+        last[id(g)] = max(last.get(id(g), -1), pos[nid])
+    nodes: List[Any] = []
+    for i, n in enumerate(p.nodes):
+        g = drop.get(id(n))
+        if g is None:
+            nodes.append(n)
+        elif last[id(g)] == i:
+            nodes.append(g)
+    p.nodes = nodes
+    p.notes.append(f"{len(last)} exact GELU(s) written as x * 0.5 * (1 + Erf(x / sqrt 2)) became TFLite's GELU")

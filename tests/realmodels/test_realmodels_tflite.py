@@ -14,12 +14,12 @@ from tests.realmodels.tier import MODELS, record, require_corpus, sdk
 pytestmark = pytest.mark.realmodels
 
 FAST = ["--runs", "3", "--warmup", "1", "--min-seconds", "0"]
-#: corpus models the converter refuses, with what its one error line names (control flow, and Erf:
-#: the GELU of a Whisper encoder written out, are not converted: the gap of issue 22 this wave
-#: leaves, tested so it stays said)
+#: corpus models the converter refuses, with what its one error line names (control flow is not
+#: converted: the gap of issue 22 this wave leaves, tested so it stays said; smart-turn-v3's Erf, the
+#: GELU of its Whisper encoder written out, now becomes TFLite's GELU, and its Q/DQ pairs QUANTIZE ->
+#: DEQUANTIZE)
 NOT_CONVERTED = {"silero-vad": "node 'If_0' (If): control flow is not converted",
-                 "slanet-table": "(Loop): control flow is not converted",
-                 "smart-turn-v3": "(Erf): no TFLite builtin operator for this op"}
+                 "slanet-table": "(Loop): control flow is not converted"}
 ONNX = [pytest.param(m, id=m.name) for m in MODELS if m.format == "onnx" and m.name not in NOT_CONVERTED] or \
     [pytest.param(None, id="no-corpus")]
 #: the INT8 run of the tier: the classifier and a detector (calibration on 2 cores takes a while)

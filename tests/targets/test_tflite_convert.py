@@ -535,3 +535,86 @@ def test_input_values_resolve_the_ifs_before_conversion(tmp_path):
     assert set(got) == {"y", "stateN"}
     for k in want:
         np.testing.assert_allclose(got[k], want[k], atol=1e-5, err_msg=k)
+
+
+# -- transformer blocks: GELU written out, LayerNormalization, a QDQ source ----------------------------
+def _gelu_nodes(variant: str, x: str = "h", out: str = "y") -> List:
+    """The exact GELU as exporters write it, in the three orders the preparation recognises."""
+    if variant == "div_half_then_x":          # PyTorch's: x / sqrt2, erf, +1, * 0.5, * x
+        return [_node("Div", [x, "sqrt2"], ["t"]), _node("Erf", ["t"], ["e"]), _node("Add", ["e", "one"], ["a"]),
+                helper.make_node("Mul", ["half", "a"], ["m"], name="m1"), helper.make_node("Mul", [x, "m"], [out], name="m2")]
+    if variant == "mul_x_then_half":          # x * (1/sqrt2), erf, +1, * x, * 0.5
+        return [_node("Mul", [x, "inv_sqrt2"], ["t"]), _node("Erf", ["t"], ["e"]), _node("Add", ["one", "e"], ["a"]),
+                helper.make_node("Mul", ["a", x], ["m"], name="m1"), helper.make_node("Mul", ["m", "half"], [out], name="m2")]
+    return [_node("Div", [x, "sqrt2"], ["t"]), _node("Erf", ["t"], ["e"]), _node("Add", ["e", "one"], ["a"]),  # (x*0.5)*(1+erf)
+            helper.make_node("Mul", [x, "half"], ["xh"], name="xh"), helper.make_node("Mul", ["xh", "a"], [out], name="m1")]
+
+
+GELU_CONSTS = {"sqrt2": np.array(np.sqrt(2), np.float32), "inv_sqrt2": np.array(np.sqrt(0.5), np.float32),
+               "one": np.array(1, np.float32), "half": np.array(0.5, np.float32)}
+
+
+@pytest.mark.parametrize("variant", ["div_half_then_x", "mul_x_then_half", "x_half_first"])
+def test_exact_gelu_written_out_becomes_tflite_gelu(variant):
+    """TFLite has no Erf: x * 0.5 * (1 + Erf(x / sqrt 2)) becomes its GELU builtin (the Whisper
+    encoder's form, which made smart-turn-v3 unconvertible), equal to onnxruntime's Erf chain."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc")] + _gelu_nodes(variant)
+    m = _model(nodes, {"w": _w(16, 24), **GELU_CONSTS}, [1, 5, 16], ["y"])
+    res = _check(m, atol=1e-5)
+    assert res["ops"].get("GELU") == 1 and "DIV" not in res["ops"] and "MUL" not in res["ops"], res["ops"]
+    assert any("1 exact GELU" in n for n in res["notes"])
+
+
+def test_a_gelu_lookalike_is_not_fused():
+    """x / 2 (not sqrt 2) through Erf is not a GELU: it stays, and Erf is the one error."""
+    consts = {**GELU_CONSTS, "sqrt2": np.array(2.0, np.float32)}
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc")] + _gelu_nodes("div_half_then_x"),
+               {"w": _w(16, 24), **consts}, [1, 5, 16], ["y"])
+    with pytest.raises(ConversionError, match=r"\(Erf\): no TFLite builtin"):
+        onnx_to_tflite_bytes(m)
+
+
+def test_onnx_gelu_op_and_its_tanh_form():
+    for approximate in ("none", "tanh"):
+        m = _model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+                    helper.make_node("Gelu", ["h"], ["y"], name="gelu", approximate=approximate)],
+                   {"w": _w(16, 24)}, [1, 5, 16], ["y"], opset=20)
+        assert _check(m, atol=1e-5)["ops"]["GELU"] == 1
+
+
+def test_layer_normalization_over_the_last_axis():
+    """LayerNormalization (opset 17) as TensorFlow writes a layer norm: MEAN, SUB, MUL, MEAN, ADD,
+    RSQRT, MUL, MUL, ADD; equal to onnxruntime's; without a bias; over another axis one error."""
+    ln = helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["y"], name="ln", axis=-1, epsilon=1e-5)
+    inits = {"w": _w(16, 24), "gamma": RNG.uniform(0.5, 1.5, 24).astype(np.float32), "beta": _w(24)}
+    res = _check(_model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), ln], inits, [1, 5, 16], ["y"],
+                        opset=17), atol=1e-5)
+    assert res["ops"]["RSQRT"] == 1 and res["ops"]["MEAN"] == 2
+    no_bias = helper.make_node("LayerNormalization", ["h", "gamma"], ["y"], name="ln", axis=2)
+    _check(_model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), no_bias],
+                  {k: v for k, v in inits.items() if k != "beta"}, [1, 5, 16], ["y"], opset=17), atol=1e-5)
+    other = helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["y"], name="ln_mid", axis=1)
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), other],
+               {**inits, "gamma": np.ones((5, 24), np.float32), "beta": np.zeros((5, 24), np.float32)},
+               [1, 5, 16], ["y"], opset=17)
+    with pytest.raises(ConversionError, match=r"node 'ln_mid' \(LayerNormalization\).*axis"):
+        onnx_to_tflite_bytes(m)
+
+
+def test_a_qdq_source_keeps_its_fake_quantization_in_a_float_file():
+    """A QDQ model converted without --int8: each activation Q/DQ pair becomes QUANTIZE -> DEQUANTIZE,
+    so the float file computes what the QDQ model computes (before: identities, the quantization lost)."""
+    s_x, s_h = np.array(0.05, np.float32), np.array(0.2, np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"], name="qx"),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"], name="dqx"),
+             helper.make_node("MatMul", ["xd", "w"], ["h"], name="fc"),
+             helper.make_node("QuantizeLinear", ["h", "sh", "zh"], ["hq"], name="qh"),
+             helper.make_node("DequantizeLinear", ["hq", "sh", "zh"], ["y"], name="dqh")]
+    inits = {"w": _w(16, 24), "sx": s_x, "zx": np.array(128, np.uint8), "sh": s_h, "zh": np.array(0, np.int8)}
+    m = _model(nodes, inits, [1, 5, 16], ["y"])
+    x = (RNG.standard_normal((1, 5, 16)) * 2).astype(np.float32)
+    res = _check(m, {"x": x}, atol=float(s_h) * 1.01)        # at most one step where a tie rounds the other way
+    assert res["ops"]["QUANTIZE"] == 2 and res["ops"]["DEQUANTIZE"] == 2
+    assert any("2 activation QuantizeLinear/DequantizeLinear pair(s)" in n for n in res["notes"])
+    got = _run_tflite(res["data"], {"x": x})["y"]
+    assert np.allclose(np.round(got / s_h), got / s_h, atol=1e-3)   # the output is on the int8 grid
