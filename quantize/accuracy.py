@@ -156,6 +156,7 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
     filled = ref_cache is not None and len(ref_cache) > 0
     refs: List[List[np.ndarray]] = []
     cands: List[List[np.ndarray]] = []
+    sizes: List[int] = []
     for b, (feed, labels, n) in enumerate(batches):
         if filled:
             ref = ref_cache[b]  # type: ignore[index]
@@ -170,6 +171,7 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         for k in names:
             acc[k].update(ref[k], out[k])
         samples += n
+        sizes.append(n)
         _count_labels(labels, ref[label_output], out[label_output], counts)
     correct_ref, correct_q, labelled = counts
     result = Evaluation(samples=samples, outputs={k: a.result() for k, a in acc.items()})
@@ -177,7 +179,7 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
     for i, k in enumerate(names):
         role = (roles or {}).get(k)
         if role is not None:   # what the task reads from this output (sdk.quantize.roles)
-            result.pairs[k] = ([r[i] for r in refs], [c[i] for c in cands])
+            result.pairs[k] = (_per_sample([r[i] for r in refs], sizes), _per_sample([c[i] for c in cands], sizes))
             score = role.score(*result.pairs[k])
             result["outputs"][k].update({"role": role.name, "role_metric": role.metric, "role_score": score,
                                          "role_min": role.min_score})
@@ -188,6 +190,18 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         result["task"] = {"metric": "top1_accuracy", "output": label_output, "labelled": labelled,
                           "fp32": fp32, "int8": int8, "drop_points": fp32 - int8}
     return result
+
+
+def _per_sample(arrays: List[np.ndarray], sizes: Sequence[int]) -> List[np.ndarray]:
+    """Batched outputs split into one array per sample where their first axis is the batch (the
+    bootstrap resamples samples, not batches; every role's score is the same either way)."""
+    if all(n == 1 for n in sizes):
+        return arrays
+    out: List[np.ndarray] = []
+    for a, n in zip(arrays, sizes):
+        a = np.asarray(a)
+        out.extend([a[j:j + 1] for j in range(n)] if n > 1 and a.ndim and a.shape[0] == n else [a])
+    return out
 
 
 def _count_labels(labels: List[Any], r: np.ndarray, o: np.ndarray, counts: List[int]) -> None:

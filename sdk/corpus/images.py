@@ -47,23 +47,26 @@ def photos_bgr() -> List[np.ndarray]:
     return list(_DECODED[key])
 
 
-def augment(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A random crop (50-100% of each side), horizontal flip and brightness change."""
+def augment(img: np.ndarray, rng: np.random.Generator, flip: bool = True) -> np.ndarray:
+    """A random crop (50-100% of each side), horizontal flip (unless ``flip`` is False: text) and
+    brightness change."""
     h, w = img.shape[:2]
     ch, cw = int(h * rng.uniform(0.5, 1.0)), int(w * rng.uniform(0.5, 1.0))
     y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
     out = img[y:y + ch, x:x + cw]
-    if rng.random() < 0.5:
+    if rng.random() < 0.5 and flip:
         out = out[:, ::-1]
     gain = rng.uniform(0.75, 1.25)
     return np.clip(out.astype(np.float32) * gain, 0, 255).astype(np.uint8)
 
 
 def photo_stream(n: int, seed: int) -> List[np.ndarray]:
-    """``n`` photos: the originals first, then seeded augmentations of them."""
+    """``n`` photos: for seed 0 the originals first, then seeded augmentations of them; for any other
+    seed augmentations only, so sets of different seeds share no image (an "unseen" set must not
+    hold the calibration set's originals)."""
     base = photos_bgr()
     rng = np.random.default_rng(seed)
-    out = list(base[:n])
+    out = list(base[:n]) if seed == 0 else []
     while len(out) < n:
         out.append(augment(base[int(rng.integers(len(base)))], rng))
     return out
@@ -180,7 +183,7 @@ def render_document(seed: int, size: Tuple[int, int] = (800, 608)) -> np.ndarray
 
 
 def write_augmented(folder: Path, n: int, *, seed: int = 0, size: int = 640) -> List[Path]:
-    """Write ``n`` photos (originals, then augmentations) resized to ``size`` on the long side."""
+    """Write ``n`` photos (:func:`photo_stream`) resized to ``size`` on the long side."""
     cv2 = _cv2()
     folder.mkdir(parents=True, exist_ok=True)
     out = []
@@ -192,3 +195,15 @@ def write_augmented(folder: Path, n: int, *, seed: int = 0, size: int = 640) -> 
         cv2.imwrite(str(p), img)
         out.append(p)
     return out
+
+
+def text_photos(seed: int) -> List[np.ndarray]:
+    """The corpus's two text photos (page.png, text.png): as they are for seed 0, else seeded crops
+    and brightness changes of them (not mirrored), so other seeds' sets do not repeat them."""
+    from . import photos
+
+    pages = [load_bgr(p) for p in photos() if p.name in ("page.png", "text.png")]
+    if seed == 0:
+        return pages
+    rng = np.random.default_rng(seed)
+    return [augment(p, rng, flip=False) for p in pages]

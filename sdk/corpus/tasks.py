@@ -253,9 +253,7 @@ class PicoDetDetect(_Detector):
 
     def sample_inputs(self, model: CorpusModel, n: int, seed: int) -> List[Feed]:
         cv2 = _cv2()
-        from . import photos
-
-        pages = [im.load_bgr(p) for p in photos() if p.name in ("page.png", "text.png")]
+        pages = im.text_photos(seed)
         mean = np.array([0.485, 0.456, 0.406], np.float32)
         std = np.array([0.229, 0.224, 0.225], np.float32)
         feeds = []
@@ -418,10 +416,9 @@ def run_reference(model_path: str, feeds: Sequence[Feed], unfused: bool = False)
 
 # -- issue 25 (pipelines): the PP-OCRv4 pair ------------------------------------------------------------
 def _text_pages(n: int, seed: int, size: Tuple[int, int]) -> List[np.ndarray]:
-    """The corpus's two text photos (page.png, text.png), then rendered document pages (BGR)."""
-    from . import photos
-
-    pages = [im.load_bgr(p) for p in photos() if p.name in ("page.png", "text.png")]
+    """The corpus's two text photos (:func:`images.text_photos`: other seeds' crops of them), then
+    rendered document pages (BGR)."""
+    pages = im.text_photos(seed)
     return [pages[i] if i < len(pages) else im.render_document(seed * 1000 + i, size) for i in range(n)]
 
 

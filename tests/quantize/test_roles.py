@@ -268,3 +268,19 @@ def test_detections_bootstrap_matches_once_and_scores_as_box_map():
     assert n == 12 and score_of(np.arange(12)) == pytest.approx(role.score(ref, got))
     lo, hi = role.interval(ref, got)
     assert lo < role.score(ref, got) < 1.0 and hi - lo > 0.05
+
+
+def test_batched_outputs_are_resampled_per_sample():
+    """The guard evaluates a dynamic-batch model 8 samples at a time: the bootstrap resamples the
+    samples (split off each batch), not two batches, and the score does not change by the split."""
+    from sdk.quantize.accuracy import _per_sample
+
+    rng = np.random.default_rng(3)
+    ref = [rng.uniform(0, 1, (8, 1, 16, 16)), rng.uniform(0, 1, (2, 1, 16, 16))]
+    got = [r + rng.normal(0, 0.05, r.shape) for r in ref]
+    split_ref, split_got = _per_sample(ref, [8, 2]), _per_sample(got, [8, 2])
+    assert len(split_ref) == 10 and split_ref[9].shape == (1, 1, 16, 16)
+    role = get_role("mask")
+    assert role.score(split_ref, split_got) == role.score(ref, got)
+    assert role.resampler(split_ref, split_got)[0] == 10
+    assert _per_sample(ref[:1], [1]) == ref[:1]
