@@ -78,8 +78,13 @@ def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict
     assert abs(out["role_interval"][0] - 0.7871) < 1e-4 and out["role_interval_level"] == 0.9
     weak = [w for w in res.report["warnings"] if "cannot establish" in w]
     assert len(weak) == 1 and "the budget holds on 10 samples" in weak[0] and "0.7871-1.0000" in weak[0], weak
+    assert weak[0].endswith("give more calibration data, or --eval with more samples")
     strict = quantize(model, calib, workers=1, speed_check=False, use_cache=False, strict=True)
     assert not strict.ok and any("cannot establish" in f for f in strict.failures)
+    evald = quantize(model, calib, eval_data=[{"x": x[None]} for x in qmodels.make_data(12, (3, 12, 12), seed=5)], workers=1,
+                     speed_check=False, use_cache=False)    # with --eval, the fix is more --eval samples
+    said = [w for w in evald.report["warnings"] if "cannot establish" in w]
+    assert len(said) == 1 and "the budget holds on 12 samples" in said[0] and said[0].endswith("give --eval more samples")
     r = _sdk("quantize", model, "--calib", calib, "-o", tmp_path / "q.onnx", "--no-speed-check", "--no-cache",
              "--workers", "1", "--strict")
     assert r.returncode == 1 and (tmp_path / "q.onnx").is_file(), r.stderr
