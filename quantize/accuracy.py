@@ -127,17 +127,17 @@ def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any]) -> None:
         result.pairs = {}     # the arrays are not needed past this point
 
 
-def not_established(result: Mapping[str, Any], fix: str = "give more calibration data, or --eval with more samples"
-                    ) -> Optional[str]:
+def not_established(result: Mapping[str, Any], eval_given: bool) -> Optional[str]:
     """One line when the budget holds on these samples but they are too few to establish it (the
-    low end of an output's interval from :func:`add_intervals` is below its bound), ending with
-    ``fix``; else None."""
+    low end of an output's interval from :func:`add_intervals` is below its bound), ending with the
+    fix (more --eval samples, or, for the guard's held-out part, more calibration data); else None."""
     weak = [(k, o) for k, o in result["outputs"].items() if o.get("role_established") is False]
     if not weak:
         return None
     what = "; ".join(f"{k}: {o['role_metric'].split(' (')[0]} {o['role_score']:.4f}, "
                      f"{100 * o['role_interval_level']:.0f}% interval {o['role_interval'][0]:.4f}-"
                      f"{o['role_interval'][1]:.4f} below its bound {o['role_min']:g}" for k, o in weak)
+    fix = "give --eval more samples" if eval_given else "give more calibration data, or --eval with more samples"
     return f"the budget holds on {result['samples']} samples, but so few cannot establish it ({what}): {fix}"
 
 

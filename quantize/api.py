@@ -636,9 +636,8 @@ class _Run:
         self.accuracy_report = result
         holds = self.budget.holds(result) if self.budget.active else None
         self.budget_report = budget_record(self.budget, cfg, self.held_out, result, roles)
-        fix = "give more calibration data, or --eval with more samples" if cfg.eval_data is None else \
-            "give --eval more samples"
-        weak = not_established(result, fix) if self.budget_report["established"] is False else None
+        weak = not_established(result, cfg.eval_data is not None) if self.budget_report["established"] is False \
+            else None
         if weak is not None:
             self.warnings.append(weak)
             warnings.warn(weak, stacklevel=3)

@@ -77,7 +77,7 @@ class Role:
         if counted is not None:
             return wilson_interval(counted[0], counted[1], level)
         n, score_of = self.resampler(reference, candidate)
-        score = self.score(reference, candidate)
+        score = score_of(np.arange(n))       # the score itself (a resampling of every unit, in order)
         if n < 2:
             return score, score
         rng = np.random.default_rng(0)
@@ -214,11 +214,9 @@ class Classes(Role):
             mode = int(np.bincount(np.concatenate([a.ravel() for a, _ in pairs])).argmax())
             rows = [(ra, rb) for a, b in pairs for ra, rb in zip(_sequences(a), _sequences(b))]
             if any(_blank_inside(ra, mode) for ra, _ in rows):
-                from ..metrics import edit_distance
+                from ..metrics import error_counts
 
-                readings = [(_greedy(ra, mode), _greedy(rb, mode)) for ra, rb in rows]
-                chars = sum(len(a) for a, _ in readings)
-                edits = sum(edit_distance(a, b) for a, b in readings)
+                edits, chars = error_counts((_greedy(ra, mode), _greedy(rb, mode)) for ra, rb in rows)
                 return max(0, chars - edits), chars
             live = [(a != mode) | (b != mode) for a, b in pairs]
             return (sum(int(((a == b) & m).sum()) for (a, b), m in zip(pairs, live)),

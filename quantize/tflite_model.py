@@ -228,9 +228,8 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
         failures += fails
         add_intervals(accuracy, ev.roles)
         budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles)
-        weak = not_established(accuracy, "give more calibration data, or --eval with more samples"
-                               if cfg.eval_data is None else "give --eval more samples") \
-            if budget_report["established"] is False else None
+        weak = not_established(accuracy, cfg.eval_data is not None) if budget_report["established"] is False \
+            else None
         if weak is not None:
             warned.append(weak)
             warnings.warn(weak, stacklevel=3)

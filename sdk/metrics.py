@@ -13,7 +13,7 @@ import numpy as np
 from .errors import InputError
 
 __all__ = ["cosine_similarity", "snr_db", "max_abs_error", "top1_agreement", "compare_outputs", "edit_distance",
-           "one_minus_error_rate"]
+           "one_minus_error_rate", "error_counts"]
 
 
 def _pair(ref: Any, out: Any) -> Tuple[np.ndarray, np.ndarray]:
@@ -86,11 +86,17 @@ def edit_distance(a: Sequence[Any], b: Sequence[Any]) -> int:
     return prev[-1]
 
 
-def one_minus_error_rate(pairs: Iterable[Tuple[Sequence[Any], Sequence[Any]]]) -> float:
-    """1 - (summed edit distance / summed reference length) over ``(reference, candidate)``
-    sequence pairs (1 - CER for texts), at least 0; 1.0 when the references are all empty."""
+def error_counts(pairs: Iterable[Tuple[Sequence[Any], Sequence[Any]]]) -> Tuple[int, int]:
+    """``(summed edit distance, summed reference length)`` over ``(reference, candidate)`` pairs."""
     errors = total = 0
     for ref, cand in pairs:
         errors += edit_distance(ref, cand)
         total += len(ref)
+    return errors, total
+
+
+def one_minus_error_rate(pairs: Iterable[Tuple[Sequence[Any], Sequence[Any]]]) -> float:
+    """1 - (summed edit distance / summed reference length) over ``(reference, candidate)``
+    sequence pairs (1 - CER for texts), at least 0; 1.0 when the references are all empty."""
+    errors, total = error_counts(pairs)
     return max(0.0, 1.0 - errors / total) if total else 1.0

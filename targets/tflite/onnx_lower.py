@@ -922,7 +922,7 @@ def _qdq(lw: Lowering, node: Any) -> None:
         _fake_quant(lw, node, float(scale[0]), int(zp[0]))
         return
     if node.op_type == "QuantizeLinear":
-        zdt = lw.const(node.input[2]).dtype if len(node.input) > 2 and node.input[2] else np.dtype(np.uint8)
+        zdt = _zero_point_dtype(lw, node)
         z = int(zp[0]) - (128 if zdt == np.uint8 else 0)   # uint8 activations read as int8 (same levels)
         if zdt not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)):
             raise lw.fail(f"{zdt} quantization", "y_zero_point")
@@ -934,6 +934,11 @@ def _qdq(lw: Lowering, node: Any) -> None:
     lw.p.dtypes[node.output[0]] = "float32"
 
 
+def _zero_point_dtype(lw: Lowering, node: Any) -> np.dtype:
+    """A QuantizeLinear's integer type: its zero point's, uint8 when it has none (ONNX's default)."""
+    return lw.const(node.input[2]).dtype if len(node.input) > 2 and node.input[2] else np.dtype(np.uint8)
+
+
 def _fake_quant(lw: Lowering, node: Any, scale: float, zero_point: int) -> None:
     """QuantizeLinear -> QUANTIZE to its integer type; DequantizeLinear of that -> DEQUANTIZE (which
     reads the integer tensor's quantization: the pair's scale and zero point must agree)."""
@@ -942,7 +947,7 @@ def _fake_quant(lw: Lowering, node: Any, scale: float, zero_point: int) -> None:
     x = node.input[0]
     perm = lw.layout(x)
     if node.op_type == "QuantizeLinear":
-        zdt = lw.const(node.input[2]).dtype if len(node.input) > 2 and node.input[2] else np.dtype(np.uint8)
+        zdt = _zero_point_dtype(lw, node)
         if zdt not in (np.dtype(np.int8), np.dtype(np.uint8)) and not (zdt == np.int16 and zero_point == 0):
             raise lw.fail(f"{zdt} quantization" + (" with a zero point" if zdt == np.int16 else ""), "y_zero_point")
         y = lw.out(node.output[0], perm, str(zdt))
