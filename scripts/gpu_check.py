@@ -18,6 +18,7 @@ from the installed package when the script stands alone; the tests run from a te
 5. the GPU, TensorRT and CUDA-API tests (pytest), with their counts.
 
     python scripts/gpu_check.py [--backend all] [--runs 30] [--quick] [--no-tests] [--no-bench] [--budget-s 290]
+                                [--json results.json]
 
 Exit status 0 when every comparison and test passed; 2 when there is no GPU.
 """
@@ -27,6 +28,7 @@ import argparse
 import atexit
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -262,8 +264,9 @@ def run_backend(name: str, args: argparse.Namespace) -> Dict[str, Any]:
     return row
 
 
-def run_tests(pythonpath: str, timeout_s: float) -> Dict[str, Any]:
-    """The GPU/TensorRT/CUDA-API tests from a temporary folder (copies of tests/ and examples/)."""
+def run_tests(pythonpath: str, timeout_s: float, log: Optional[Path] = None) -> Dict[str, Any]:
+    """The GPU/TensorRT/CUDA-API tests from a temporary folder (copies of tests/ and examples/);
+    pytest's whole output goes to ``log`` when given."""
     try:
         import pytest  # noqa: F401
     except ImportError:
@@ -287,6 +290,9 @@ def run_tests(pythonpath: str, timeout_s: float) -> Dict[str, Any]:
             proc = subprocess.run(cmd, cwd=str(work), env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"status": f"timed out after {timeout_s:.0f} s", "rc": 1}
+        if log is not None:
+            log.write_text(proc.stdout + proc.stderr)
+            print(f"pytest's whole output: {log}")
         tail = proc.stdout.strip().splitlines()
         print("\n".join(tail[-25:]))
         counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", tail[-1] if tail else "")}
@@ -343,6 +349,26 @@ def summary(gpu: Any, rows: List[Dict[str, Any]], trt: Optional[Dict[str, Any]],
     return failures
 
 
+def write_json(path: Path, gpu: Any, rows: List[Dict[str, Any]], trt: Optional[Dict[str, Any]],
+               tests: Dict[str, Any], failures: int) -> None:
+    """The run's figures as one JSON document (each output digest as its hex string)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if hasattr(v, "hexdigest"):
+            return v.hexdigest()
+        return v
+
+    d = gpu.devices[0]
+    doc = {"gpu": d.name, "compute_capability": list(d.compute_capability), "driver_cuda": gpu.driver_version,
+           "python": sys.version.split()[0], "wall_s": time.perf_counter() - _T0, "backends": plain(rows),
+           "tensorrt": trt, "tests": tests, "failures": failures}
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"figures written to {path}")
+
+
 def _ratio(v: Optional[float], suffix: str = "") -> str:
     return "-" if v is None else f"{v:.2f}x{suffix}"
 
@@ -364,6 +390,8 @@ def main() -> int:
     ap.add_argument("--no-bench", action="store_true", help="skip the torch/torchvision benchmarks")
     ap.add_argument("--budget-s", type=float, default=290.0,
                     help="the whole run's time budget: the pytest step gets what is left (at least 60 s)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="also write every figure of the run to PATH, and pytest's output beside it (.pytest.txt)")
     args = ap.parse_args()
     pythonpath = import_path()
 
@@ -386,8 +414,12 @@ def main() -> int:
         print(f"[{time.perf_counter() - _T0:.0f} s] backend {name} done", flush=True)
     trt = check_tensorrt()
     left = max(60.0, args.budget_s - (time.perf_counter() - _T0))
-    tests = {"status": "not run (--no-tests)"} if args.no_tests else run_tests(pythonpath, left)
-    return 1 if summary(gpu, rows, trt, tests) else 0
+    log = Path(args.json).with_suffix(".pytest.txt") if args.json else None
+    tests = {"status": "not run (--no-tests)"} if args.no_tests else run_tests(pythonpath, left, log)
+    failures = summary(gpu, rows, trt, tests)
+    if args.json:
+        write_json(Path(args.json), gpu, rows, trt, tests, failures)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

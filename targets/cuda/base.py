@@ -7,6 +7,7 @@ Runs on the board too: Python 3.8, NumPy and the backend's package only.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, ClassVar, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -31,6 +32,7 @@ class DeviceBuffer:
 
     def free(self) -> None:
         if self._handle is not None:
+            self.backend._on_this_thread()
             self.backend._free(self)
             self._handle = None
 
@@ -50,10 +52,12 @@ class Stream:
         self.handle = int(handle)
 
     def synchronize(self) -> None:
+        self.backend._on_this_thread()
         self.backend._stream_sync(self)
 
     def wait(self, event: "Event") -> None:
         """Work enqueued on this stream after this call waits for ``event`` (recorded on any stream)."""
+        self.backend._on_this_thread()
         self.backend._stream_wait(self, event)
 
 
@@ -65,14 +69,17 @@ class Event:
         self.obj = obj
 
     def record(self, stream: Optional[Stream] = None) -> "Event":
+        self.backend._on_this_thread()
         self.backend._event_record(self, stream)
         return self
 
     def synchronize(self) -> None:
+        self.backend._on_this_thread()
         self.backend._event_sync(self)
 
     def elapsed_ms(self, end: "Event") -> float:
         """Milliseconds from this event to ``end`` (both recorded and complete)."""
+        self.backend._on_this_thread()
         return float(self.backend._event_elapsed(self, end))
 
 
@@ -113,11 +120,31 @@ def _dims(v: Sequence[int]) -> Tuple[int, int, int]:
     return v[0], v[1], v[2]
 
 
+class _ThreadBinding:
+    """A backend's context pushed on one thread other than the opening one; popped when that
+    thread ends (its thread-local storage is cleared on that thread), so pycuda's per-thread
+    context stack is empty when the thread exits (pycuda aborts the process otherwise)."""
+
+    def __init__(self, backend: "CudaBackend"):
+        backend._push_context()
+        self._pop: Optional[Callable[[], None]] = backend._pop_context
+
+    def __del__(self) -> None:
+        pop, self._pop = self._pop, None
+        if pop is not None:
+            try:
+                pop()
+            except Exception:  # noqa: BLE001 - the thread is ending; nothing to report to
+                pass
+
+
 class CudaBackend:
     """Base of a CUDA backend bound to one device's primary context (shared with TensorRT).
 
     A context manager: the context is retained and made current on creation, released by
-    :meth:`close`. Subclasses implement the ``_``-prefixed primitives.
+    :meth:`close`. Any thread may use the backend: the first call on another thread makes the
+    context current there (popped when that thread ends). Subclasses implement the
+    ``_``-prefixed primitives.
     """
 
     name: ClassVar[str] = ""
@@ -131,6 +158,8 @@ class CudaBackend:
         self._buffers: List[DeviceBuffer] = []
         self._pinned_ranges: List[Tuple[int, int]] = []  # (start, end) of pinned/registered host memory
         self._registered: dict = {}  # host pointer -> backend handle of a registration
+        self._threads = threading.local()
+        self._threads.bound = True  # the opening thread: the subclass makes the context current
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> "CudaBackend":
@@ -161,6 +190,7 @@ class CudaBackend:
     # -- public API ----------------------------------------------------------------------------------
     def alloc(self, nbytes: int) -> DeviceBuffer:
         """Device memory of ``nbytes`` (at least 1 byte is allocated)."""
+        self._on_this_thread()
         buf = self._alloc(max(1, int(nbytes)))
         self._buffers.append(buf)
         return buf
@@ -176,6 +206,7 @@ class CudaBackend:
 
     def pinned(self, shape: Sequence[int], dtype: Any) -> np.ndarray:
         """A page-locked host array (fast, asynchronous copies)."""
+        self._on_this_thread()
         arr = self._pinned(tuple(int(s) for s in shape), np.dtype(dtype))
         self._pinned_ranges.append((int(arr.ctypes.data), int(arr.ctypes.data) + int(arr.nbytes)))
         return arr
@@ -188,6 +219,7 @@ class CudaBackend:
             raise InputError("register_host needs a non-empty C-contiguous array")
         ptr = int(arr.ctypes.data)
         if ptr not in self._registered:
+            self._on_this_thread()
             self._registered[ptr] = self._register(arr)
             self._pinned_ranges.append((ptr, ptr + int(arr.nbytes)))
         return arr
@@ -196,6 +228,7 @@ class CudaBackend:
         """Undo :meth:`register_host`."""
         ptr = int(arr.ctypes.data)
         if ptr in self._registered:
+            self._on_this_thread()
             self._unregister(ptr)
             del self._registered[ptr]
             self._pinned_ranges = [r for r in self._pinned_ranges if r[0] != ptr]
@@ -208,40 +241,49 @@ class CudaBackend:
 
     def htod(self, dst: Union[DeviceBuffer, int], src: np.ndarray, stream: Optional[Stream] = None) -> None:
         """Copy ``src`` (C-contiguous) to device pointer ``dst``; asynchronous on ``stream``."""
+        self._on_this_thread()
         if not src.flags.c_contiguous:
             raise InputError("htod needs a C-contiguous array")
         self._htod(int(dst), src, stream)
 
     def dtoh(self, dst: np.ndarray, src: Union[DeviceBuffer, int], stream: Optional[Stream] = None) -> None:
         """Copy device pointer ``src`` into ``dst`` (C-contiguous, ``dst.nbytes`` bytes)."""
+        self._on_this_thread()
         if not dst.flags.c_contiguous:
             raise InputError("dtoh needs a C-contiguous array")
         self._dtoh(dst, int(src), stream)
 
     def memset_d32(self, dst: Union[DeviceBuffer, int], value: int, count: int, stream: Optional[Stream] = None) -> None:
         """Set ``count`` 32-bit words at ``dst`` to ``value``."""
+        self._on_this_thread()
         self._memset_d32(int(dst), int(value), int(count), stream)
 
     def stream(self) -> Stream:
+        self._on_this_thread()
         return self._stream()
 
     def event(self) -> Event:
+        self._on_this_thread()
         return self._event()
 
     def synchronize(self) -> None:
         """Wait for all work on the device."""
+        self._on_this_thread()
         self._ctx_sync()
 
     def compile(self, source: str, name: str = "kernel.cu", options: Sequence[str] = ()) -> Any:
         """Compile CUDA C ``source`` for this device; returns a module for :meth:`function`.
         Compile errors raise :class:`CudaError` with the compiler log."""
+        self._on_this_thread()
         return self._compile(source, name, list(options))
 
     def function(self, module: Any, name: str) -> Kernel:
+        self._on_this_thread()
         return self._function(module, name)
 
     def launch(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
                stream: Optional[Stream] = None, shared_bytes: int = 0) -> None:
+        self._on_this_thread()
         self._launch(kernel, _dims(grid), _dims(block), kernel_args(args), stream, int(shared_bytes))
 
     def bind_launch(self, kernel: Kernel, grid: Sequence[int], block: Sequence[int], args: Sequence[Arg],
@@ -249,7 +291,20 @@ class CudaBackend:
         """A launch with its arguments checked and packed once: the returned ``launch(stream)``
         enqueues ``kernel`` with exactly these arguments (the fast path for kernels launched every
         frame with the same buffers; a backend makes it one driver call)."""
-        return self._bind_launch(kernel, _dims(grid), _dims(block), kernel_args(args), int(shared_bytes))
+        bound = self._bind_launch(kernel, _dims(grid), _dims(block), kernel_args(args), int(shared_bytes))
+        threads = self._threads
+
+        def launch(stream: Optional[Stream] = None) -> None:
+            if not getattr(threads, "bound", False):
+                self._on_this_thread()
+            bound(stream)
+
+        return launch
+
+    def _on_this_thread(self) -> None:
+        """Make the context current on the calling thread, once per thread (see the class doc)."""
+        if not getattr(self._threads, "bound", False) and not self._closed:
+            self._threads.bound = _ThreadBinding(self)
 
     def compute_capability(self) -> Tuple[int, int]:
         from .probe import probe_gpu
@@ -259,6 +314,8 @@ class CudaBackend:
 
     # -- for subclasses ------------------------------------------------------------------------------
     def _close_impl(self) -> None: ...
+    def _push_context(self) -> None: ...  # make the context current on this thread (a new thread)
+    def _pop_context(self) -> None: ...  # undo _push_context on this thread
     def _alloc(self, nbytes: int) -> DeviceBuffer: raise NotImplementedError
     def _free(self, buf: DeviceBuffer) -> None: raise NotImplementedError
     def _pinned(self, shape, dtype) -> np.ndarray: raise NotImplementedError

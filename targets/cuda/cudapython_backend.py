@@ -69,6 +69,12 @@ class CudaPythonBackend(CudaBackend):
             return None
         return rest[0] if len(rest) == 1 else rest
 
+    def _push_context(self) -> None:
+        self._check(self._cu.cuCtxPushCurrent(self._ctx), "cuCtxPushCurrent")
+
+    def _pop_context(self) -> None:
+        self._check(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
     def _close_impl(self) -> None:
         cu = self._cu
         for ptr in list(self._pinned_ptrs):

@@ -5,6 +5,7 @@ Runs on the board too: Python 3.8.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import struct
@@ -24,6 +25,13 @@ def _import():
     except ImportError as exc:
         raise MissingDependencyError("the pycuda CUDA backend", "pycuda", "pip install pycuda") from exc
     return drv
+
+
+def _driver_library() -> Any:
+    """The CUDA driver library through ctypes (for the calls pycuda gets wrong)."""
+    from .probe import probe_gpu
+
+    return ctypes.CDLL(probe_gpu().library or "libcuda.so.1")
 
 
 def find_nvcc() -> Optional[str]:
@@ -79,6 +87,12 @@ class PyCudaBackend(CudaBackend):
             except Exception:  # noqa: BLE001 - a failed step must not keep the others from running
                 pass
 
+    def _push_context(self) -> None:
+        self._call("context push", self._ctx.push)
+
+    def _pop_context(self) -> None:
+        self._call("context pop", self._drv.Context.pop)
+
     def _call(self, what: str, fn, *args, **kw):
         try:
             return fn(*args, **kw)
@@ -98,10 +112,25 @@ class PyCudaBackend(CudaBackend):
         return arr
 
     def _register(self, arr: np.ndarray) -> Any:
-        return self._call("host memory registration", self._drv.register_host_memory, arr, 0)
+        # Straight to the driver: pycuda's register_host_memory registers the memory, then sets the
+        # base of an array that already has one and raises SystemError ("Cannot set the NumPy array
+        # 'base' dependency more than once": pycuda 2026.1, NumPy 2.5, on an H200), leaking the
+        # registration. The memory is registered in pycuda's context (current on this thread).
+        lib = _driver_library()
+        self._driver_call("cuMemHostRegister", lib.cuMemHostRegister_v2, ctypes.c_void_p(int(arr.ctypes.data)),
+                          ctypes.c_size_t(int(arr.nbytes)), ctypes.c_uint(0))
+        return lib
 
     def _unregister(self, ptr: int) -> None:
-        self._call("host memory unregistration", self._registered[ptr].base.unregister)
+        lib = self._registered[ptr]
+        self._driver_call("cuMemHostUnregister", lib.cuMemHostUnregister, ctypes.c_void_p(ptr))
+
+    def _driver_call(self, what: str, fn, *args) -> None:
+        rc = int(fn(*args))
+        if rc != 0:
+            from .probe import _err
+
+            raise CudaError(f"CUDA {what} failed: {_err(rc)}")
 
     def _htod(self, dst: int, src: np.ndarray, stream: Optional[Stream]) -> None:
         if stream is None:

@@ -34,7 +34,7 @@ PYCUDA_METHODS = [("pycuda.driver", "Device", "retain_primary_context"), ("pycud
                   ("pycuda.driver", "Context", "pop"), ("pycuda.driver", "Stream", "synchronize"),
                   ("pycuda.driver", "Stream", "handle"), ("pycuda.driver", "Stream", "wait_for_event"), ("pycuda.driver", "Event", "record"),
                   ("pycuda.driver", "Event", "synchronize"), ("pycuda.driver", "Event", "time_since"),
-                  ("pycuda.driver", "DeviceAllocation", "free"), ("pycuda.driver", "RegisteredHostMemory", "unregister"),
+                  ("pycuda.driver", "DeviceAllocation", "free"),
                   ("pycuda.compiler", "SourceModule", "get_function"), ("pycuda.driver", "Function", "_launch_kernel"),
                   ("pycuda.driver", "Function", "prepare"), ("pycuda.driver", "Function", "prepared_async_call")]
 
@@ -190,8 +190,8 @@ def sys_modules_self() -> Any:
 
 
 def test_probe_driver_symbols_exist_in_the_driver_library():
-    """probe.py calls libcuda through ctypes: each symbol exists in the driver library here (the
-    real driver, or CI's link stub generated from cuda.h)."""
+    """probe.py and the pycuda backend (host registration) call libcuda through ctypes: each
+    symbol exists in the driver library here (the real driver, or CI's link stub generated from cuda.h)."""
     import ctypes
 
     from sdk.targets.cuda.probe import driver_library_path
@@ -201,11 +201,13 @@ def test_probe_driver_symbols_exist_in_the_driver_library():
         lib = ctypes.CDLL("libcuda.so.1") if path is None else ctypes.CDLL(path)
     except OSError as exc:
         tiers.require_or_skip("gpu-apis", f"no libcuda here, not even a link stub ({exc})")
-    tree = ast.parse((CUDA_DIR / "probe.py").read_text(encoding="utf-8"))
-    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-             and n.value.id == "lib" and n.attr.startswith("cu")}
-    names |= {c.value for c in ast.walk(tree) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-              and re.fullmatch(r"cu[A-Z]\w+", c.value)}
-    assert {"cuInit", "cuDeviceGetCount", "cuDeviceTotalMem_v2"} <= names
+    names = set()
+    for source in ("probe.py", "pycuda_backend.py"):
+        tree = ast.parse((CUDA_DIR / source).read_text(encoding="utf-8"))
+        names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                  and n.value.id == "lib" and n.attr.startswith("cu")}
+        names |= {c.value for c in ast.walk(tree) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                  and re.fullmatch(r"cu[A-Z]\w+", c.value) and source == "probe.py"}
+    assert {"cuInit", "cuDeviceGetCount", "cuDeviceTotalMem_v2", "cuMemHostRegister_v2", "cuMemHostUnregister"} <= names
     missing = sorted(n for n in names if not hasattr(lib, n) and n != "cuDeviceTotalMem")
     assert not missing, f"not exported by {path}: {missing}"
