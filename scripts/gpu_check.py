@@ -272,6 +272,7 @@ def run_tests(pythonpath: str, timeout_s: float, log: Optional[Path] = None) -> 
     except ImportError:
         print("\ntests: skipped (pytest is not installed)")
         return {"status": "pytest not installed"}
+    _corpus_or_say_so()
     work = Path(tempfile.mkdtemp(prefix="edgesdk-gpu-tests-"))
     try:
         shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
@@ -299,6 +300,21 @@ def run_tests(pythonpath: str, timeout_s: float, log: Optional[Path] = None) -> 
         return {"status": "ran", "rc": proc.returncode, **counts}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _corpus_or_say_so() -> None:
+    """The kernel tests run the corpus models and photos: fetch them when missing, and where that
+    fails (a GPU machine without network) say which fix those tests' failures need."""
+    from sdk import corpus
+
+    if corpus.is_fetched():
+        return
+    try:
+        corpus.fetch()
+    except Exception as exc:  # noqa: BLE001 - the tests say the rest
+        print(f"\nwarning: the model corpus is not in {corpus.cache_dir()} and cannot be fetched here "
+              f"({str(exc).splitlines()[0][:160]}): the tests that use it fail. Fix: python scripts/fetch_corpus.py "
+              "on a machine with network, then copy that folder here (or set EDGESDK_CORPUS_DIR)")
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
