@@ -17,12 +17,14 @@ __all__ = ["ort_session", "OutputAccumulator", "evaluate", "Evaluation", "add_in
            "layer_sensitivity", "Budget"]
 
 
-def ort_session(proto_or_bytes: Any, threads: Optional[int] = None, unfused: bool = False):
+def ort_session(proto_or_bytes: Any, threads: Optional[int] = None, unfused: bool = False, spinning: bool = True):
     """An onnxruntime CPU session on a ModelProto, serialized bytes or a model file's path; a model
     ORT refuses raises :class:`QuantizationError` (it must never be written out). ``unfused``: basic
     graph optimizations only, so each DequantizeLinear -> op -> QuantizeLinear runs as written, the
     exact int8 arithmetic (32-bit sums) of a target that is not this host, instead of this host's
-    fused int8 kernels (which, on x86 without VNNI, saturate 8-bit weights' int16 pair sums)."""
+    fused int8 kernels (which, on x86 without VNNI, saturate 8-bit weights' int16 pair sums).
+    ``spinning=False``: the worker threads sleep between runs instead of spinning, for sessions that
+    take turns with others (a spinning pool takes the cores the next session's run needs)."""
     import os
 
     import onnxruntime as ort
@@ -34,6 +36,8 @@ def ort_session(proto_or_bytes: Any, threads: Optional[int] = None, unfused: boo
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if unfused:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:

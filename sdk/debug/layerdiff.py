@@ -26,11 +26,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..errors import InputError, TargetUnavailableError
+from ..errors import InputError, QuantizationError, TargetUnavailableError
 from ..registry import Registry
 
 __all__ = ["DiffConfig", "LayerDiff", "DiffReport", "diff", "CANDIDATES", "Candidate", "SCHEMA_VERSION",
@@ -172,6 +172,34 @@ class DiffReport:
 _BLOCK = 1024
 
 
+class _Background:
+    """``make()`` run on a thread; :meth:`result` waits for its value (or raises its error), :meth:`wait`
+    only waits. Every path waits: a process must not end while the thread is inside ONNX Runtime."""
+
+    def __init__(self, make: Callable[[], Any]):
+        import threading
+
+        self._make = make
+        self._box: Dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._work, name="edgesdk-diff", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            self._box["value"] = self._make()
+        except BaseException as exc:  # handed to the caller by result()
+            self._box["error"] = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self.wait()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
+
+
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
     """``sum(x * y)`` of two flat float32 arrays: float32 sums of ``_BLOCK`` products (einsum, not
     BLAS: no thread pool on a busy host), added up in float64."""
@@ -304,24 +332,31 @@ class OnnxCandidate(Candidate):
         from ..quantize.graph import GraphIndex
 
         data = self._bytes()
-        names_out = sorted(set(mapping.values()))
-        sess = ort_session(augment_bytes(data, self.proto, names_out, GraphIndex(self.proto).elem_type)
-                           if data is not None else self.augmented(mapping), self.cfg.threads)
-        names = [o.name for o in sess.get_outputs()]
-        back = {v: k for k, v in mapping.items()}
         plain_outputs = [o.name for o in self.proto.graph.output]
-        for i, feed in enumerate(feeds):
-            got = dict(zip(names, sess.run(names, dict(feed))))
-            if i == 0:  # does exposing the tensors change what the model computes? (fusions it blocks)
-                plain = ort_session(self.path if data is not None else self.proto, self.cfg.threads).run(
-                    plain_outputs, dict(feed))
-                moved = max((float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(got[o], np.float64))))
-                             for o, p in zip(plain_outputs, plain) if np.asarray(p).size and
-                             np.asarray(p).dtype.kind == "f"), default=0.0)
-                if moved > 0:
-                    self.notes.append(f"exposing the intermediate tensors moved the candidate's outputs by up to "
-                                      f"{moved:.3g} (ONNX Runtime fuses differently around exposed tensors)")
-            yield {back[k]: v for k, v in got.items() if k in back}
+        # does exposing the tensors change what the model computes (fusions it blocks)? The unexposed
+        # model runs the first sample on a thread beside the exposed one (ONNX Runtime releases the GIL)
+        plain = _Background(lambda: ort_session(self.path if data is not None else self.proto, self.cfg.threads,
+                                                spinning=False).run(plain_outputs, dict(feeds[0])))
+        try:
+            names_out = sorted(set(mapping.values()))
+            sess = ort_session(augment_bytes(data, self.proto, names_out, GraphIndex(self.proto).elem_type)
+                               if data is not None else self.augmented(mapping), self.cfg.threads, spinning=False)
+            names = [o.name for o in sess.get_outputs()]
+            back = {v: k for k, v in mapping.items()}
+            first: Dict[str, np.ndarray] = {}
+            for i, feed in enumerate(feeds):
+                got = dict(zip(names, sess.run(names, dict(feed))))
+                if i == 0:
+                    first = {o: got[o] for o in plain_outputs if o in got}
+                yield {back[k]: v for k, v in got.items() if k in back}
+        finally:
+            plain.wait()
+        moved = max((float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(first[o], np.float64))))
+                     for o, p in zip(plain_outputs, plain.result()) if o in first and np.asarray(p).size and
+                     np.asarray(p).dtype.kind == "f"), default=0.0)
+        if moved > 0:
+            self.notes.append(f"exposing the intermediate tensors moved the candidate's outputs by up to "
+                              f"{moved:.3g} (ONNX Runtime fuses differently around exposed tensors)")
 
 
 class TFLiteCandidate(Candidate):
@@ -567,6 +602,26 @@ def _graph_order(proto: Any) -> Tuple[List[Tuple[str, Any, int]], Dict[str, int]
     return out, types
 
 
+def _accumulate(accs: Mapping[str, "_Acc"], want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
+                skipped_shape: List[str]) -> None:
+    """One sample's tensors into the per-tensor accumulators; a tensor whose shapes differ beyond layout
+    or a reshape goes to ``skipped_shape``."""
+    for t, acc in accs.items():
+        if t not in got or t not in want:
+            continue
+        a, b = np.asarray(want[t]), np.asarray(got[t])
+        if a.shape != b.shape and a.ndim == 4 and b.shape == a.transpose(0, 2, 3, 1).shape:
+            b = b.transpose(0, 3, 1, 2)  # NHWC (TFLite) back to NCHW
+        if a.shape != b.shape:
+            if a.size == b.size:
+                b = b.reshape(a.shape)
+            else:
+                skipped_shape.append(t)
+                continue
+        acc.shape = list(a.shape)
+        acc.update(a, b)
+
+
 def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[DiffConfig] = None,
          **overrides: Any) -> DiffReport:
     """Compare ``candidate`` (path: ``.onnx``, ``.tflite``, ``.engine``) with the FP32 ONNX ``model``
@@ -605,32 +660,41 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
     # expose only the tensors compared: each exposed tensor blocks ONNX Runtime's fusions around it
     # (Conv + BatchNormalization ...), and the FP32 values then differ from the model's by rounding
     exposed = [t for t in wanted if t in mapping]
-    ref_session = ort_session(augment_bytes(model_path.read_bytes(), ref, exposed, types) if not has_external_data(ref)
-                              else augment(ref, exposed, elem_types=types), cfg.threads)
-    ref_names = [o.name for o in ref_session.get_outputs()]
-    accs: Dict[str, _Acc] = {t: _Acc() for t in mapping}
-    if isinstance(cand, BoardCandidate):
-        first = dict(zip(ref_names, ref_session.run(ref_names, dict(feeds[0]))))
-        mapping = cand.cap(dict(mapping), {k: int(np.asarray(v).size) for k, v in first.items()}, len(feeds))
-        accs = {t: accs[t] for t in mapping}
-    skipped_shape: List[str] = []
-    for feed, got in zip(feeds, cand.run(mapping, feeds)):
-        want = dict(zip(ref_names, ref_session.run(ref_names, dict(feed))))
-        for t, acc in accs.items():
-            if t not in got or t not in want:
-                continue
-            a, b = np.asarray(want[t]), np.asarray(got[t])
-            if a.shape != b.shape and a.ndim == 4 and b.shape == a.transpose(0, 2, 3, 1).shape:
-                b = b.transpose(0, 3, 1, 2)  # NHWC (TFLite) back to NCHW
-            if a.shape != b.shape:
-                if a.size == b.size:
-                    b = b.reshape(a.shape)
-                else:
-                    skipped_shape.append(t)
-                    continue
-            acc.shape = list(a.shape)
-            acc.update(a, b)
-        del want, got
+    def reference_session() -> Any:
+        data = (augment_bytes(model_path.read_bytes(), ref, exposed, types) if not has_external_data(ref)
+                else augment(ref, exposed, elem_types=types))
+        try:
+            return ort_session(data, cfg.threads, spinning=False)
+        except QuantizationError as exc:
+            raise InputError(f"onnxruntime cannot load the reference '{model_path.name}': "
+                             f"{str(exc).split(': ', 1)[-1]}",
+                             "give the FP32 .onnx the candidate was made from, one onnxruntime runs") from exc
+
+    # the reference session is made on a thread while the candidate makes its own; the sessions take
+    # turns, so none spins between its runs
+    ref_made = _Background(reference_session)
+    runs = None
+    try:
+        accs: Dict[str, _Acc] = {t: _Acc() for t in mapping}
+        if isinstance(cand, BoardCandidate):
+            ref_session = ref_made.result()
+            ref_names = [o.name for o in ref_session.get_outputs()]
+            first = dict(zip(ref_names, ref_session.run(ref_names, dict(feeds[0]))))
+            mapping = cand.cap(dict(mapping), {k: int(np.asarray(v).size) for k, v in first.items()}, len(feeds))
+            accs = {t: accs[t] for t in mapping}
+        skipped_shape: List[str] = []
+        runs = cand.run(mapping, feeds)
+        for i, got in enumerate(runs):  # to the end: a candidate adds its notes after the last
+            if i == 0:
+                ref_session = ref_made.result()
+                ref_names = [o.name for o in ref_session.get_outputs()]
+            _accumulate(accs, dict(zip(ref_names, ref_session.run(ref_names, dict(feeds[i])))), got, skipped_shape)
+            del got
+    finally:  # a failure on one side: the other's work ends before the error leaves
+        close = getattr(runs, "close", None)  # a generator left midway ends (and waits for its threads) now
+        if close is not None:
+            close()
+        ref_made.wait()
     added = _added_errors(ref, cand.qdq_proto() if not cfg.board else inner.qdq_proto(), feeds, cfg)
     layers: List[LayerDiff] = []
     # the SNR standing for each tensor: measured where compared, else that of the nearest compared
