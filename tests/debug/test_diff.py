@@ -112,6 +112,13 @@ def test_accumulator_equals_float64_and_survives_huge_values():
     assert acc.cosine() == pytest.approx(a64 @ b64 / math.sqrt((a64 @ a64) * (b64 @ b64)), abs=1e-7)
     assert acc.snr_db() == pytest.approx(10 * math.log10((a64 @ a64) / ((a64 - b64) @ (a64 - b64))), abs=1e-4)
     assert acc.maxabs == float(np.max(np.abs(a64 - b64)))
+    # errors as large as the values (layout-cdla's INT8 Muls, about 128): float32's a - b rounds by up
+    # to half an ulp (7.4e-6 there), the max abs error still equals float64's
+    far = (rng.standard_normal(100_003) * 1e-3).astype(np.float32)
+    wide = _Acc()
+    wide.update(a[:far.size], far)
+    assert wide.maxabs == float(np.max(np.abs(a64[:far.size] - far.astype(np.float64))))
+    assert float(np.max(np.abs(a[:far.size] - far))) != wide.maxabs  # what float32 alone gives
     huge = _Acc()
     huge.update(np.full(4096, 1e20, np.float32), np.full(4096, 5e19, np.float32))
     assert huge.cosine() == pytest.approx(1.0) and huge.snr_db() == pytest.approx(10 * math.log10(4.0))
