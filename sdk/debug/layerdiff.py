@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 import numpy as np
 
-from ..errors import InputError, QuantizationError, TargetUnavailableError
+from ..errors import InputError, QuantizationError, TargetUnavailableError, first_line
 from ..registry import Registry
 
 __all__ = ["DiffConfig", "LayerDiff", "DiffReport", "diff", "CANDIDATES", "Candidate", "SCHEMA_VERSION",
@@ -172,32 +172,16 @@ class DiffReport:
 _BLOCK = 1024
 
 
-class _Background:
-    """``make()`` run on a thread; :meth:`result` waits for its value (or raises its error), :meth:`wait`
-    only waits. Every path waits: a process must not end while the thread is inside ONNX Runtime."""
+def _background(make: Callable[[], Any]) -> Any:
+    """``make()`` started on a thread of its own: a :class:`concurrent.futures.Future` (its worker is
+    joined at interpreter exit, so a process never ends while it is inside ONNX Runtime)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    def __init__(self, make: Callable[[], Any]):
-        import threading
-
-        self._make = make
-        self._box: Dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._work, name="edgesdk-diff", daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
-        try:
-            self._box["value"] = self._make()
-        except BaseException as exc:  # handed to the caller by result()
-            self._box["error"] = exc
-
-    def wait(self) -> None:
-        self._thread.join()
-
-    def result(self) -> Any:
-        self.wait()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["value"]
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgesdk-diff")
+    try:
+        return pool.submit(make)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -340,6 +324,8 @@ class OnnxCandidate(Candidate):
     def run(self, mapping: Mapping[str, str], feeds: Sequence[Feed]) -> Iterator[Dict[str, np.ndarray]]:
         from ..quantize.accuracy import ort_session
         from ..quantize.calibrate import augment_bytes
+        from concurrent.futures import wait
+
         from ..quantize.graph import GraphIndex
 
         data = self._bytes()
@@ -350,7 +336,7 @@ class OnnxCandidate(Candidate):
         # does exposing the tensors change what the model computes (fusions it blocks)? The unexposed
         # model runs the first sample on a thread while the samples run (ONNX Runtime releases the GIL);
         # started once the exposed session exists, so it does not delay the sessions the samples need
-        plain = _Background(lambda: ort_session(self.path if data is not None else self.proto, self.cfg.threads,
+        plain = _background(lambda: ort_session(self.path if data is not None else self.proto, self.cfg.threads,
                                                 spinning=False).run(plain_outputs, dict(feeds[0])))
         try:
             names = [o.name for o in sess.get_outputs()]
@@ -362,7 +348,7 @@ class OnnxCandidate(Candidate):
                     first = {o: got[o] for o in plain_outputs if o in got}
                 yield {back[k]: v for k, v in got.items() if k in back}
         finally:
-            plain.wait()
+            wait([plain])
         moved = max((float(np.max(np.abs(np.asarray(p, np.float64) - np.asarray(first[o], np.float64))))
                      for o, p in zip(plain_outputs, plain.result()) if o in first and np.asarray(p).size and
                      np.asarray(p).dtype.kind == "f"), default=0.0)
@@ -640,6 +626,7 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
     on ``feeds`` (``{input name: array}`` per sample), tensor by tensor. See :class:`DiffConfig`
     (keyword ``overrides`` set its fields) and :class:`DiffReport`."""
     import dataclasses
+    from concurrent.futures import wait
 
     import onnx
 
@@ -679,12 +666,12 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
             return ort_session(data, cfg.threads, spinning=False)
         except QuantizationError as exc:
             raise InputError(f"onnxruntime cannot load the reference '{model_path.name}': "
-                             f"{str(exc).split(': ', 1)[-1]}",
+                             f"{first_line(exc.__cause__ or exc)}",
                              "give the FP32 .onnx the candidate was made from, one onnxruntime runs") from exc
 
     # the reference session is made on a thread while the candidate makes its own; the sessions take
     # turns, so none spins between its runs
-    ref_made = _Background(reference_session)
+    ref_made = _background(reference_session)
     runs = None
     try:
         accs: Dict[str, _Acc] = {t: _Acc() for t in mapping}
@@ -706,7 +693,7 @@ def diff(model: Any, candidate: Any, feeds: Iterable[Feed], config: Optional[Dif
         close = getattr(runs, "close", None)  # a generator left midway ends (and waits for its threads) now
         if close is not None:
             close()
-        ref_made.wait()
+        wait([ref_made])
     added = _added_errors(ref, cand.qdq_proto() if not cfg.board else inner.qdq_proto(), feeds, cfg)
     layers: List[LayerDiff] = []
     # the SNR standing for each tensor: measured where compared, else that of the nearest compared
