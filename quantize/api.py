@@ -363,6 +363,7 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
     t_start = time.perf_counter()
     run = _Run(cfg)
     run.defer_stats = output is not None       # -o and --stats are written together, as one set
+    run.tflite_output = output is not None and Path(output).suffix.lower() == ".tflite"
     run.prepare(model)
     run.calibrate(calib)
     run.plan()
@@ -423,6 +424,9 @@ class _Run:
         self.run_eval: Optional[Callable[..., Dict[str, Any]]] = None
         self.balancing: Optional[Dict[str, Any]] = None     # activation-weight balancing tried (smooth.py)
         self.balanced_layers: Dict[str, str] = {}           # layer -> "int8 (balanced, a=0.5)"
+        self.tflite_output = False                          # -o *.tflite: the converter writes the QDQ model
+        self.fallback_precision = "float"                   # the fallback layers' precision: float or int16
+        self.fallback_why = ""
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
@@ -661,9 +665,10 @@ class _Run:
                   needs_fallback: bool) -> Dict[str, Any]:
         """Rank the layers, then search the shortest prefix that holds the budget: first on the first
         ``search_samples`` held-out samples, then confirmed on all of them (continuing the search on
-        all of them only when the confirmation fails)."""
+        all of them only when the confirmation fails). Writing a ``.tflite``, the layers go to 16x8
+        first where :func:`~.tflite_model.fallback_steps` says so, float when 16x8 cannot hold it."""
         from .accuracy import ort_session
-        from .fallback import rank_layers, search_fallback
+        from .fallback import rank_layers
 
         feeds = [f for f, _ in _take(eval_src.samples(), self.cfg.sensitivity_samples)]
         layers = list(self.qplan.layers)
@@ -678,11 +683,32 @@ class _Run:
         if not needs_fallback:
             return result
         order = [r["layer"] for r in rows]
+        steps: Tuple[str, ...] = ("float",)
+        if self.tflite_output:          # a .tflite: 16x8 before float where the file is integer-only
+            from .tflite_model import fallback_steps
+
+            steps, self.fallback_why = fallback_steps(self.cfg)
+        for kind in steps:
+            held, res = self._search(order, kind, run_eval, result)
+            if held or kind == steps[-1]:
+                return res
+            self.fallback_why += f"; 16x8 did not hold with {min(len(order), self.cfg.max_fallback or len(order))} " \
+                                 "layers, so float"
+        return result     # pragma: no cover (the last step returns)
+
+    def _search(self, order: Sequence[str], kind: str, run_eval: Callable[..., Dict[str, Any]],
+                result: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
+        """The shortest prefix of ``order`` that holds the budget with those layers in ``kind`` (float, or
+        int16: 16x8): ``(held, evaluation)``; the run takes the prefix unless 16x8 did not hold."""
+        from .fallback import search_fallback
+
         built: Dict[int, Tuple[Any, Any, Any]] = {}
 
         def build(k: int) -> Tuple[Any, Any, Any]:
             if k not in built:
-                built[k] = self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
+                built[k] = self.builder.build(exclude=list(self.cfg.exclude),
+                                              scheme=self.scheme.with_int16(order[:k])) if kind == "int16" else \
+                    self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
             return built[k]
 
         def holds_on(limit: Optional[int]) -> Callable[[Sequence[str]], Tuple[bool, Dict[str, Any]]]:
@@ -701,17 +727,20 @@ class _Run:
                 ok, res = holds_on(None)(prefix)
                 evals += 1
                 if ok:
-                    return self._take_fallback(prefix, res, built, evals)
+                    return True, self._take_fallback(prefix, res, built, evals, kind)
                 start = len(prefix)
-        prefix, res, _, more = search_fallback(order, holds_on(None), self.cfg.max_fallback, start=start)
-        return self._take_fallback(prefix, res, built, evals + more) if prefix else result
+        prefix, res, ok, more = search_fallback(order, holds_on(None), self.cfg.max_fallback, start=start)
+        if kind == "int16" and not ok:
+            return False, result
+        return ok, (self._take_fallback(prefix, res, built, evals + more, kind) if prefix else result)
 
     def _take_fallback(self, prefix: Sequence[str], res: Dict[str, Any], built: Dict[int, Tuple[Any, Any, Any]],
-                       evals: int) -> Dict[str, Any]:
+                       evals: int, kind: str = "float") -> Dict[str, Any]:
         self.fallback_evaluations = evals
         self.qproto, self.qplan, self.qparams = built[len(prefix)]
         self.fallback = list(prefix)
-        return self._balance_before_float(res)
+        self.fallback_precision = kind
+        return self._balance_before_float(res) if kind == "float" else res
 
     def _balance_before_float(self, res: Dict[str, Any]) -> Dict[str, Any]:
         """Float is the last resort for a MatMul/Gemm fed by a LayerNorm: the fallback's float layers
@@ -834,6 +863,8 @@ class _Run:
             "accuracy": self.accuracy_report,
             "sensitivity": self.sensitivity,
             "fallback_layers": self.fallback,
+            "fallback": {"precision": self.fallback_precision if self.fallback else None,
+                         "why": self.fallback_why or None},
             "layer_precision": self.layer_precision(),
             "latency": self.latency,
             "failures": self.failures,
@@ -863,6 +894,11 @@ class _Run:
             if layer in self.balanced_layers:
                 out[layer] = {"precision": self.balanced_layers[layer],
                               "why": "in float the budget held; balanced INT8 holds it too"}
+            elif layer in self.fallback and self.fallback_precision == "int16":
+                sixteen = ops.get(layer) not in getattr(self.scheme, "NO_INT16", ())
+                out[layer] = {"precision": "16x8" if sixteen else "float",
+                              "why": f"accuracy budget (sensitivity fallback): {self.fallback_why}"
+                              + ("" if sixteen else f"; TFLite has no 16x8 {ops.get(layer)}")}
             elif layer in int8:
                 out[layer] = {"precision": "int8", "why": "within the budget"}
             elif layer in self.fallback:
@@ -1078,6 +1114,9 @@ def _check_tflite_output(cfg: QuantizeConfig) -> None:
         raise InputError(f"-o *.tflite writes a TFLite model, but --target is {cfg.scheme}", "add --target tflite")
     if cfg.tflite_io not in ("float", "int8"):
         raise InputError(f"--io {cfg.tflite_io!r}", "use --io float or --io int8")
+    from .tflite_model import fallback_steps
+
+    fallback_steps(cfg)     # a bad --fallback-precision: one line, before any work
 
 
 @contextmanager

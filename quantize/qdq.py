@@ -108,29 +108,44 @@ class _Emitter:
         return self.order[p.name] + 1 if p is not None else 0
 
     def activations(self, plan: QuantPlan, resolved: Mapping[str, Range]) -> Dict[str, QParams]:
-        from onnx import helper
-
         qparams: Dict[str, QParams] = {}
         for t, consumers in plan.activations.items():
-            if t in plan.fixed:
+            if t in plan.int16:
+                qp = _int16_qparams(resolved.get(t, (0.0, 0.0)), t in plan.fixed)
+            elif t in plan.fixed:
                 fixed_scale, fixed_zp = plan.fixed[t]
                 qp = QParams(np.float32(fixed_scale), int(fixed_zp), self.scheme.activation_dtype)
             else:
                 qp = activation_qparams(resolved[t], self.scheme.activation_symmetric, self.scheme.activation_dtype)
             qparams[t] = qp
-            np_dtype = np.int8 if qp.dtype == "int8" else np.uint8
-            s_name, z_name = f"{t}_scale", f"{t}_zero_point"
-            self.inits += [_scalar(s_name, qp.scale, np.float32), _scalar(z_name, qp.zero_point, np_dtype)]
-            q_out, dq_out = f"{t}_quantized", f"{t}_dequantized"
-            pos = self.insert_pos(t)
-            self.new_nodes.append((pos, helper.make_node("QuantizeLinear", [t, s_name, z_name], [q_out],
-                                                         name=f"{t}_QuantizeLinear")))
-            self.new_nodes.append((pos, helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
-                                                         name=f"{t}_DequantizeLinear")))
+            dq_out = self._pair(t, t, qp, "")
+            readers8 = plan.int8_readers.get(t, set())
+            if readers8:     # int8 layers after a 16x8 one read it requantized, as TFLite's QUANTIZE does
+                fixed = plan.fixed.get(t)
+                qp8 = QParams(np.float32(fixed[0]), int(fixed[1]), "int8") if fixed is not None else \
+                    activation_qparams(resolved[t], False, "int8")
+                dq8 = self._pair(t, dq_out, qp8, "_int8")
             for node, i in self.idx.consumers.get(t, []):
                 if consumers is None or (node.name, i) in consumers:
-                    node.input[i] = dq_out
+                    node.input[i] = dq8 if (node.name, i) in readers8 else dq_out
         return qparams
+
+    def _pair(self, t: str, src: str, qp: QParams, suffix: str) -> str:
+        """A QuantizeLinear/DequantizeLinear pair on ``src`` (placed after ``t``'s producer); returns
+        the dequantized name. int16 pairs are com.microsoft's (ONNX's own takes int16 from opset 21)."""
+        from onnx import helper
+
+        np_dtype = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16}[qp.dtype]
+        domain = "com.microsoft" if qp.dtype == "int16" else ""
+        s_name, z_name = f"{t}{suffix}_scale", f"{t}{suffix}_zero_point"
+        self.inits += [_scalar(s_name, qp.scale, np.float32), _scalar(z_name, qp.zero_point, np_dtype)]
+        q_out, dq_out = f"{t}{suffix}_quantized", f"{t}{suffix}_dequantized"
+        pos = self.insert_pos(t)
+        self.new_nodes.append((pos, helper.make_node("QuantizeLinear", [src, s_name, z_name], [q_out],
+                                                     name=f"{t}{suffix}_QuantizeLinear", domain=domain)))
+        self.new_nodes.append((pos, helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
+                                                     name=f"{t}{suffix}_DequantizeLinear", domain=domain)))
+        return dq_out
 
     def weights(self, plan: QuantPlan) -> Dict[str, np.ndarray]:
         """Quantize the plan's weights (once per tensor and axis); returns tensor -> scale."""
@@ -205,6 +220,14 @@ class _Emitter:
         self.graph.initializer.extend(self.inits)
 
 
+def _int16_qparams(r: Range, fixed: bool) -> QParams:
+    """int16 activation: symmetric, zero point 0, ``amax / 32767`` (TFLite's 16x8 spec); a fixed-range
+    output (Logistic, Tanh, Softmax) at 1/32768."""
+    amax = max(abs(float(r[0])), abs(float(r[1])))
+    scale = 1.0 / 32768 if fixed else (amax / 32767.0 if amax > 0 else 1.0)
+    return QParams(np.float32(scale), 0, "int16")
+
+
 def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: Scheme) -> Tuple[Any, Dict[str, QParams]]:
     """A copy of ``proto`` with the plan's Q/DQ nodes; returns ``(model, activation qparams)``."""
     import onnx
@@ -215,6 +238,8 @@ def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: S
     qparams = em.activations(plan, resolve_ranges(plan, ranges))
     em.biases(plan, qparams, em.weights(plan))
     em.assemble()
+    if plan.int16 and not any(o.domain == "com.microsoft" for o in out.opset_import):
+        out.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     _drop_dead_initializers(out)
     try:
         onnx.checker.check_model(out)

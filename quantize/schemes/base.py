@@ -43,7 +43,9 @@ class QParams:
 @dataclass
 class QuantPlan:
     """Where Q/DQ goes. ``activations``: tensor -> None (every consumer reads the dequantized value)
-    or a set of ``(node_name, input_index)`` consumers. ``layers``: the quantized nodes (names)."""
+    or a set of ``(node_name, input_index)`` consumers. ``layers``: the quantized nodes (names).
+    ``int16``: activations quantized to int16 (symmetric; TFLite's 16x8 fallback), and ``int8_readers``
+    of each: the consumers that read it requantized to int8 (an int8 layer after a 16x8 one)."""
 
     activations: Dict[str, Optional[Set[Tuple[str, int]]]] = field(default_factory=dict)
     weights: List[WeightQ] = field(default_factory=list)
@@ -51,6 +53,8 @@ class QuantPlan:
     shared: List[List[str]] = field(default_factory=list)
     fixed: Dict[str, Tuple[float, int]] = field(default_factory=dict)
     layers: List[str] = field(default_factory=list)
+    int16: Set[str] = field(default_factory=set)
+    int8_readers: Dict[str, Set[Tuple[str, int]]] = field(default_factory=dict)
 
     def add_activation(self, tensor: str, consumer: Optional[Tuple[str, int]] = None) -> None:
         """QDQ on ``tensor`` for every consumer (``consumer`` None) or for one more consumer."""
@@ -69,6 +73,7 @@ class QuantPlan:
             "biases": [b.tensor for b in self.biases],
             "shared": self.shared,
             "fixed": {k: list(v) for k, v in self.fixed.items()},
+            **({"int16": sorted(self.int16)} if self.int16 else {}),
         }
 
 
@@ -104,6 +109,10 @@ class Scheme:
                              f"not {self.activation_dtype}")
 
     # -- planning ---------------------------------------------------------------------------------------
+    def with_int16(self, layers: Iterable[str]) -> "Scheme":
+        """This scheme with ``layers`` in 16x8 (int16 activations, int8 weights), for targets that run it."""
+        raise InputError(f"target '{self.name}' has no 16x8 (int16 activation) layers", "use --fallback-precision float")
+
     def plan(self, idx: GraphIndex, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> QuantPlan:
         """The plan for the graph of ``idx``; ``exclude`` keeps those node names in float;
         ``only`` (when given) quantizes just those nodes."""

@@ -418,7 +418,7 @@ class TFLiteCandidate(Candidate):
                 elif tuple(x.shape) != tuple(d["shape"]) and x.ndim == 4 and \
                         tuple(x.transpose(0, 2, 3, 1).shape) == tuple(d["shape"]):
                     x = x.transpose(0, 2, 3, 1)  # no record: guessed from the shapes
-                it.set_tensor(d["index"], x.astype(d["dtype"]))
+                it.set_tensor(d["index"], _quantized(x, d))
             it.invoke()
             yield {t: _onnx_layout(_dequantized(np.asarray(it.get_tensor(index[c])), details[c]),
                                    rec.get(c, ("", None))[1])
@@ -439,6 +439,17 @@ def _dequantized(a: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
         shape[int(qp.get("quantized_dimension", 0))] = scales.size
         scales, zps = scales.reshape(shape), zps.reshape(shape)
     return ((a.astype(np.float64) - zps) * scales).astype(np.float32)
+
+
+def _quantized(x: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
+    """A float input for an integer input tensor with a scale (a ``--io int8`` file):
+    ``round(x / scale) + zero_point``, clipped to the type; other inputs only cast."""
+    dtype = np.dtype(detail["dtype"])
+    scale, zp = detail.get("quantization") or (0.0, 0)
+    if dtype.kind not in "iu" or not scale or np.asarray(x).dtype.kind in "iu":
+        return np.asarray(x).astype(dtype)
+    info = np.iinfo(dtype)
+    return np.clip(np.round(np.asarray(x, np.float64) / scale) + zp, info.min, info.max).astype(dtype)
 
 
 def _file_layout(a: np.ndarray, perm: Optional[Tuple[int, ...]]) -> np.ndarray:

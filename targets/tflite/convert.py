@@ -51,8 +51,9 @@ def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
 
 def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None, *,
                          io_layout: str = "onnx", int8_io: Optional[str] = None, source_sha256: str = "",
-                         signature: Optional[str] = None) -> Dict[str, Any]:
-    """Convert an ONNX ``ModelProto`` (float, or QDQ when ``int8_io`` is ``"float"`` or ``"int8"``).
+                         signature: Optional[str] = None, all_float_ok: bool = False) -> Dict[str, Any]:
+    """Convert an ONNX ``ModelProto`` (float, or QDQ when ``int8_io`` is ``"float"`` or ``"int8"``;
+    ``all_float_ok``: a quantizer's model with every layer kept in float is written float, not refused).
 
     Returns ``{"data": bytes, "ops": {op: count}, "notes": [...], "tensors": n, "folded": n}``;
     raises :class:`ConversionError` before returning anything for a node TFLite cannot express."""
@@ -70,10 +71,18 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
         notes.append(f"{pairs} activation QuantizeLinear/DequantizeLinear pair(s) of the QDQ source kept as "
                      "QUANTIZE -> DEQUANTIZE: this float file computes the same fake quantization")
     extra: Dict[str, Any] = {"io_layout": io_layout}
-    if int8_io is not None:
+    if int8_io is not None and not lw.qparams and all_float_ok:
+        floats = sum(1 for op in lw.g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE"))
+        note = "the quantizer kept every layer in float: the file is float" + \
+            (" (float inputs and outputs, not int8)" if int8_io == "int8" else "")
+        extra["int8"] = {"io": "float", "ops_int8": 0, "ops_int16": 0, "ops_float": floats, "notes": [note]}
+        notes.append(note)
+    elif int8_io is not None:
         from .int8 import quantize_graph
 
-        info = quantize_graph(lw, io=int8_io)
+        # the 16x8 layers of the quantizer's fallback: their outputs carry int16 Q/DQ in the source
+        int16 = {t.name for t in lw.g.tensors if t.data is None and t.onnx in lw.int16}
+        info = quantize_graph(lw, io=int8_io, int16=int16)
         extra["int8"] = {"io": int8_io, **info}
         notes.extend(info.get("notes", []))
     data = write_flatbuffer(lw.g, {METADATA_KEY: _metadata(lw, source_sha256, extra)},
@@ -92,7 +101,8 @@ def write_qdq_tflite(proto: Any, output: Path, *, io: str = "float",
     (atomically); returns the conversion record (ops, int8/float op counts, bytes)."""
     from ...atomic import atomic_write
 
-    res = onnx_to_tflite_bytes(proto, input_shapes, io_layout=io_layout, int8_io=io, source_sha256=source_sha256)
+    res = onnx_to_tflite_bytes(proto, input_shapes, io_layout=io_layout, int8_io=io, source_sha256=source_sha256,
+                               all_float_ok=True)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(output, res["data"])
     return {"path": str(output), "bytes": len(res["data"]), "ops": res["ops"], "io": io,

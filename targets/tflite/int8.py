@@ -107,6 +107,7 @@ class _Pass:
         self.exclude = set(exclude)
         self.int16 = set(int16) - self.exclude
         self.q: Dict[int, Tuple[float, int]] = {}
+        self.q16: Dict[int, Tuple[float, int]] = {}      # int16 parameters the QDQ source fixed (16x8 layers)
         self.copies: Dict[Tuple[int, str], int] = {}
         self.new_ops: List[TFLOp] = []
         self.requantized = 0
@@ -115,6 +116,7 @@ class _Pass:
     # -- quantization parameters of every float activation ------------------------------------
     def assign(self) -> None:
         g, qp = self.g, self.lw.qparams
+        qp16 = getattr(self.lw, "qparams16", {})
         for t in g.inputs:
             name = g.tensors[t].onnx
             if name in qp:
@@ -124,12 +126,17 @@ class _Pass:
             src = self.q.get(ins[0]) if ins else None
             for t in op.outputs:
                 name = g.tensors[t].onnx
+                if name in qp16:
+                    self.q16[t] = qp16[name]
                 if op.code in SAME_SCALE_OPS and src is not None:
                     self.q[t] = src
                 elif op.code in FIXED_OUTPUT and (name in qp or src is not None):
                     self.q[t] = FIXED_OUTPUT[op.code]
                 elif name in qp:
                     self.q[t] = qp[name]
+                elif name in qp16:      # no int8 reader in the source: an int8 copy over the int16 range
+                    amax = qp16[name][0] * 32767
+                    self.q[t] = _from_range(-amax, amax)
                 elif src is not None:
                     derived = self._derived(op, src)
                     if derived is not None:
@@ -178,7 +185,7 @@ class _Pass:
             return self.copies[key]
         g, src = self.g, self.g.tensors[t]
         if kind in ("int8", "int16"):
-            q = self.q[t] if kind == "int8" else _to16(self.q[t])
+            q = self.q[t] if kind == "int8" else self._q16(t)
             c = g.add_tensor(f"{src.name}/{kind}", src.shape, kind, quant=Quant.tensor(*q))
             self.new_ops.append(TFLOp("QUANTIZE", [t], [c], source=src.onnx))
         else:
@@ -213,7 +220,7 @@ class _Pass:
         if op.code in _BIAS and slot == _BIAS[op.code][0]:
             raise AssertionError("bias handled by the op")  # pragma: no cover
         if bits == 16:    # symmetric, as the int16 kernels read a constant operand
-            qv = _to16(self.q[op.inputs[0]]) if op.code == "PADV2" else _to16(_from_range(data.min(), data.max()))
+            qv = self._q16(op.inputs[0]) if op.code == "PADV2" else _to16(_from_range(data.min(), data.max()))
             q16 = np.clip(np.round(data / qv[0]), -32767, 32767).astype(np.int16)
             return g.add_tensor(tt.name + "/int16", q16.shape, "int16", q16, Quant.tensor(*qv))
         if op.code == "PADV2":
@@ -230,7 +237,7 @@ class _Pass:
         if len(op.inputs) <= slot or op.inputs[slot] < 0:
             return
         b = self.g.tensors[op.inputs[slot]]
-        s_in = self.q[op.inputs[in_slot]][0] if bits == 8 else _to16(self.q[op.inputs[in_slot]])[0]
+        s_in = self.q[op.inputs[in_slot]][0] if bits == 8 else self._q16(op.inputs[in_slot])[0]
         w = self.g.tensors[ins[w_slot]]
         assert w.quant is not None and b.data is not None
         s = (s_in * w.quant.scale.astype(np.float64)).reshape(-1)   # per channel, or one (FULLY_CONNECTED)
@@ -335,7 +342,7 @@ class _Pass:
             self._bias(op, ins, bits=16)
         acts = [t for t in ins if t >= 0 and g.tensors[t].dtype == "int16" and g.tensors[t].data is None]
         if op.code in ONE_SCALE_OPS:
-            ins = self._one_scale(op, ins, _to16(self.q[op.outputs[0]]), "int16")
+            ins = self._one_scale(op, ins, self._q16(op.outputs[0]), "int16")
         if op.code in ("ADD", "SUB"):
             op.options = {**op.options, "potScaleInt16": False}   # general int16 scales, not powers of two
         op.inputs = ins
@@ -347,9 +354,14 @@ class _Pass:
             elif op.code in SAME_SCALE_OPS and acts:
                 q16 = self._qof(acts[0])
             else:
-                q16 = _to16(self.q[t])
+                q16 = self._q16(t)
             g.tensors[t].dtype, g.tensors[t].quant = "int16", Quant.tensor(*q16)
             int16_tensors.add(t)
+
+    def _q16(self, t: int) -> Tuple[float, int]:
+        """``t``'s int16 parameters: the QDQ source's (a 16x8 layer's output), else those of the range
+        its int8 pair covers."""
+        return self.q16[t] if t in self.q16 else _to16(self.q[t])
 
     def _output_as(self, t: int, dtype: str) -> int:
         """Graph output ``t`` handed to the caller as ``dtype`` (float32 for ``io="float"``, int8 for

@@ -66,6 +66,7 @@ class Lowering:
         self.qparams: Dict[str, Tuple[float, int]] = {}   # ONNX activation -> (scale, zero point)
         self.io_layout = io_layout
         self.int16: set = set()                          # activations quantized to int16 (16x8)
+        self.qparams16: Dict[str, Tuple[float, int]] = {}  # their int16 (scale, 0); qparams: their int8 copy
         self.node: Any = None
 
     # -- tensors ---------------------------------------------------------------------------------
@@ -170,7 +171,8 @@ class Lowering:
         for node in self.p.nodes:
             self.node = node
             fn = HANDLERS.get(node.op_type)
-            if fn is None or node.domain not in ("", "ai.onnx"):
+            if fn is None or node.domain not in ("", "ai.onnx") and not (
+                    node.domain == "com.microsoft" and node.op_type in _MS_QDQ):
                 raise self.fail("no TFLite builtin operator for this op")
             fn(self, node)
         self.node = None
@@ -923,13 +925,18 @@ def _qdq(lw: Lowering, node: Any) -> None:
         return
     if node.op_type == "QuantizeLinear":
         zdt = _zero_point_dtype(lw, node)
-        z = int(zp[0]) - (128 if zdt == np.uint8 else 0)   # uint8 activations read as int8 (same levels)
         if zdt not in (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)):
             raise lw.fail(f"{zdt} quantization", "y_zero_point")
-        lw.qparams.setdefault(x, (float(scale[0]), z if zdt != np.int16 else int(zp[0])))
-        if zdt == np.int16:
-            lw.qparams[x] = (float(scale[0]), int(zp[0]))
-            lw.int16.add(x)
+        root = lw.g.tensors[lw.vals[x][0]].onnx if x in lw.vals else x    # a DequantizeLinear's output: its source
+        if zdt == np.int16:      # a 16x8 layer's output (the quantizer's tflite scheme)
+            if int(zp[0]) != 0:
+                raise lw.fail("int16 quantization with a zero point (TFLite's 16x8 is symmetric)", "y_zero_point")
+            lw.qparams16[root] = (float(scale[0]), 0)
+            lw.int16.add(root)
+        else:
+            z = int(zp[0]) - (128 if zdt == np.uint8 else 0)   # uint8 activations read as int8 (same levels)
+            # on an int16 tensor's dequantized value: the int8 copy its int8 readers take
+            lw.qparams.setdefault(root if root in lw.int16 else x, (float(scale[0]), z))
     lw.alias(node.output[0], x)
     lw.p.dtypes[node.output[0]] = "float32"
 
@@ -1091,6 +1098,8 @@ def _lstm_state_in(lw: Lowering, name: str, base: str, what: str, dirs: int, bat
 
 
 HandlerFn = Callable[[Lowering, Any], None]
+#: the com.microsoft ops the converter reads: ONNX Runtime's Q/DQ, which take int16 before opset 21
+_MS_QDQ = ("QuantizeLinear", "DequantizeLinear")
 HANDLERS: Dict[str, HandlerFn] = {
     "Conv": _conv, "ConvTranspose": _conv_transpose,
     "Add": _binary, "Sub": _binary, "Mul": _binary, "Div": _binary, "Max": _binary, "Min": _binary, "Pow": _binary,

@@ -65,6 +65,23 @@ def test_int8_tensors_compared_as_real_values(tmp_path):
     assert len(report.layers) > 50 and min(row.cosine for row in report.layers) > 0.8
 
 
+def test_int8_inputs_get_quantized_feeds(tmp_path):
+    """A ``--io int8`` file takes int8 inputs: the float feeds were cast to int8 (truncated, not
+    quantized), so every tensor from the first layer on diverged (cosine 0.29 on the first Relu of
+    tests/targets/int16net.py). Now they are quantized with the input's scale and zero point."""
+    src = tmp_path / "sq.onnx"
+    onnx.save(_square_model(), str(src))
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "calib.npy", rng.standard_normal((16, 4, 4, 4)).astype(np.float32))
+    tfl = tmp_path / "sq_int8io.tflite"
+    convert(src, tfl, ConvertOptions(int8=True, calib=tmp_path / "calib.npy", extra={"io": "int8"}))
+    feeds = [{"x": rng.standard_normal((1, 4, 4, 4)).astype(np.float32)} for _ in range(3)]
+    report = diff(src, tfl, feeds, added_error_samples=0)
+    by = {row.tensor: row for row in report.layers}
+    assert {"r1", "y"} <= set(by) and min(row.cosine for row in report.layers) > 0.99, \
+        [(row.tensor, row.cosine) for row in report.layers]
+
+
 def test_on_a_board_too(tmp_path):
     """The board path (``--board local``, outputs only): the feeds go to the board in the file's
     recorded layout and its outputs come back in the ONNX one (before: NCHW feeds given to the NHWC
