@@ -128,18 +128,30 @@ def _latencies(paths: Dict[str, str], feed: Dict[str, np.ndarray], threads: int,
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def _aeq_venv(work: Path) -> Optional[Path]:
-    venv = work / "aeq-venv"
+def _tool_venv(venv: Path, package: str) -> Optional[Path]:
+    """The python of ``venv`` with ``pip install package`` done once (a ``.ok`` stamp marks a finished
+    install, so an interrupted one is redone); None when it does not install."""
     py = venv / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "ai-edge-quantizer"], capture_output=True, text=True)
+    if not (venv / ".ok").exists():
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        if not py.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        t0 = time.perf_counter()
+        r = subprocess.run([str(py), "-m", "pip", "install", "-q", package], capture_output=True, text=True)
         if r.returncode != 0:
-            print(f"ai-edge-quantizer did not install: {r.stderr.strip().splitlines()[-1:]}")
+            print(f"{package} did not install: {r.stderr.strip().splitlines()[-1:]}")
             return None
-    r = subprocess.run([str(py), "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is None)"],
-                       capture_output=True, text=True)
-    print(f"ai-edge-quantizer venv: tensorflow absent = {r.stdout.strip()}")
+        print(f"{package} venv installed in {time.perf_counter() - t0:.0f} s at {venv}")
+        (venv / ".ok").write_text(f"pip install {package}\n")
+    return py
+
+
+def _aeq_venv(work: Path) -> Optional[Path]:
+    py = _tool_venv(work / "aeq-venv", "ai-edge-quantizer")
+    if py is not None:
+        r = subprocess.run([str(py), "-c", "import importlib.util as u; print(u.find_spec('tensorflow') is None)"],
+                           capture_output=True, text=True)
+        print(f"ai-edge-quantizer venv: tensorflow absent = {r.stdout.strip()}")
     return py
 
 
@@ -147,25 +159,15 @@ O2T_SAMPLE = "calibration_image_sample_data_20x128x128x3_float32.npy"  # onnx2tf
 
 
 def _o2t_venv(work: Path, cache: Path) -> Optional[Path]:
-    """onnx2tf's python: ``work/onnx2tf-venv`` if there, else ``cache`` (created once, then reused)."""
+    """onnx2tf's python: ``work/onnx2tf-venv`` if there, else ``cache`` (created once, then reused).
+    The wheel pins its whole tool chain (tensorflow, tf-keras, ai-edge-litert, onnx, onnxsim, ...)."""
     venv = work / "onnx2tf-venv" if (work / "onnx2tf-venv" / ".ok").exists() else cache
-    py = venv / "bin" / "python"
-    if not (venv / ".ok").exists():
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        if not py.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        t0 = time.perf_counter()
-        # the wheel pins its whole tool chain (tensorflow, tf-keras, ai-edge-litert, onnx, onnxsim, ...)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "onnx2tf"], capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"onnx2tf did not install: {r.stderr.strip().splitlines()[-1:]}")
-            return None
-        print(f"onnx2tf venv installed in {time.perf_counter() - t0:.0f} s at {venv}")
-        (venv / ".ok").write_text("pip install onnx2tf\n")
-    r = subprocess.run([str(py), "-c", "from importlib.metadata import version as v; "
-                        "print(*(f'{p} {v(p)}' for p in ('onnx2tf', 'tensorflow', 'numpy', 'onnx', 'onnxruntime')), "
-                        "sep=', ')"], capture_output=True, text=True)
-    print(f"onnx2tf venv {venv}: {r.stdout.strip() or r.stderr.strip()[-200:]}")
+    py = _tool_venv(venv, "onnx2tf")
+    if py is not None:
+        r = subprocess.run([str(py), "-c", "from importlib.metadata import version as v; "
+                            "print(*(f'{p} {v(p)}' for p in ('onnx2tf', 'tensorflow', 'numpy', 'onnx', 'onnxruntime')), "
+                            "sep=', ')"], capture_output=True, text=True)
+        print(f"onnx2tf venv {venv}: {r.stdout.strip() or r.stderr.strip()[-200:]}")
     return py
 
 
