@@ -139,11 +139,14 @@ def test_auto_fallback_precision_by_io(io, want):
     assert fallback_steps(SimpleNamespace(fallback_precision="auto", tflite_io=io))[0] == want
 
 
-def test_bad_fallback_precision_is_one_line(net16, capsys):
+@pytest.mark.parametrize("source", ["n16.tflite", "n16.onnx"])
+def test_bad_fallback_precision_is_one_line(net16, capsys, source):
+    """From a float .tflite and from ONNX (``--target tflite``): one line, before any work."""
     from tests.clirun import run_cli
 
-    code, out, err = run_cli(["quantize", str(net16 / "n16.tflite"), "--calib", str(net16 / "calib.npy"),
-                 "--fallback-precision", "int4", "-o", str(net16 / "x.tflite")], capsys)
+    target = ["--target", "tflite", "--io", "int8"] if source.endswith(".onnx") else []
+    code, out, err = run_cli(["quantize", str(net16 / source), "--calib", str(net16 / "calib.npy"), *target,
+                              "--fallback-precision", "int4", "-o", str(net16 / "x.tflite")], capsys)
     assert code == 2 and "--fallback-precision 'int4'" in out + err and "Traceback" not in out + err
     assert not (net16 / "x.tflite").exists()
 
