@@ -683,17 +683,16 @@ class _Run:
         if not needs_fallback:
             return result
         order = [r["layer"] for r in rows]
+        from .tflite_model import fallback_steps, sixteen_did_not_hold
+
         steps: Tuple[str, ...] = ("float",)
         if self.tflite_output:          # a .tflite: 16x8 before float where the file is integer-only
-            from .tflite_model import fallback_steps
-
             steps, self.fallback_why = fallback_steps(self.cfg)
         for kind in steps:
             held, res = self._search(order, kind, run_eval, result)
             if held or kind == steps[-1]:
                 return res
-            self.fallback_why += f"; 16x8 did not hold with {min(len(order), self.cfg.max_fallback or len(order))} " \
-                                 "layers, so float"
+            self.fallback_why += sixteen_did_not_hold(len(order), self.cfg.max_fallback)
         return result     # pragma: no cover (the last step returns)
 
     def _search(self, order: Sequence[str], kind: str, run_eval: Callable[..., Dict[str, Any]],
@@ -705,10 +704,10 @@ class _Run:
         built: Dict[int, Tuple[Any, Any, Any]] = {}
 
         def build(k: int) -> Tuple[Any, Any, Any]:
-            if k not in built:
-                built[k] = self.builder.build(exclude=list(self.cfg.exclude),
-                                              scheme=self.scheme.with_int16(order[:k])) if kind == "int16" else \
-                    self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
+            if k not in built and kind == "int16":
+                built[k] = self.builder.build(exclude=self.cfg.exclude, scheme=self.scheme.with_int16(order[:k]))
+            elif k not in built:
+                built[k] = self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
             return built[k]
 
         def holds_on(limit: Optional[int]) -> Callable[[Sequence[str]], Tuple[bool, Dict[str, Any]]]:

@@ -475,6 +475,11 @@ def rank_layers(adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str, Tuple[f
 FALLBACK_STEPS = {"int16": ("int16", "float"), "float": ("float",)}
 
 
+def sixteen_did_not_hold(layers: int, max_fallback: Optional[int]) -> str:
+    """The fallback's reason, extended when 16x8 on every layer it may move did not hold the budget."""
+    return f"; 16x8 did not hold with {min(layers, max_fallback or layers)} layers, so float"
+
+
 def fallback_steps(cfg: Any) -> Tuple[Tuple[str, ...], str]:
     """The precisions the fallback tries, in order, and why. ``auto``: 16x8 first for an integer-only
     model (``--io int8``: microcontrollers and NPUs have no float kernels), float for a model with
@@ -525,5 +530,5 @@ def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str,
         fails = fails + [f"the budget does not hold with {len(prefix)} layers kept in "
                          f"{' or '.join('16x8' if k == 'int16' else k for k in tried)}"]
     elif kind == "float" and "int16" in tried:
-        why += f"; 16x8 did not hold with {min(len(order), cfg.max_fallback or len(order))} layers, so float"
+        why += sixteen_did_not_hold(len(order), cfg.max_fallback)
     return d, inf, acc, fails, list(prefix), kind, why

@@ -81,7 +81,7 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
         from .int8 import quantize_graph
 
         # the 16x8 layers of the quantizer's fallback: their outputs carry int16 Q/DQ in the source
-        int16 = {t.name for t in lw.g.tensors if t.data is None and t.onnx in lw.int16}
+        int16 = {t.name for t in lw.g.tensors if t.data is None and t.onnx in lw.qparams16}
         info = quantize_graph(lw, io=int8_io, int16=int16)
         extra["int8"] = {"io": int8_io, **info}
         notes.extend(info.get("notes", []))

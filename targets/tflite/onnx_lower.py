@@ -65,8 +65,8 @@ class Lowering:
         self._cache: Dict[Tuple[str, Perm], int] = {}
         self.qparams: Dict[str, Tuple[float, int]] = {}   # ONNX activation -> (scale, zero point)
         self.io_layout = io_layout
-        self.int16: set = set()                          # activations quantized to int16 (16x8)
-        self.qparams16: Dict[str, Tuple[float, int]] = {}  # their int16 (scale, 0); qparams: their int8 copy
+        #: activations quantized to int16 (16x8) -> their (scale, 0); ``qparams`` holds their int8 copy
+        self.qparams16: Dict[str, Tuple[float, int]] = {}
         self.node: Any = None
 
     # -- tensors ---------------------------------------------------------------------------------
@@ -932,11 +932,10 @@ def _qdq(lw: Lowering, node: Any) -> None:
             if int(zp[0]) != 0:
                 raise lw.fail("int16 quantization with a zero point (TFLite's 16x8 is symmetric)", "y_zero_point")
             lw.qparams16[root] = (float(scale[0]), 0)
-            lw.int16.add(root)
         else:
             z = int(zp[0]) - (128 if zdt == np.uint8 else 0)   # uint8 activations read as int8 (same levels)
             # on an int16 tensor's dequantized value: the int8 copy its int8 readers take
-            lw.qparams.setdefault(root if root in lw.int16 else x, (float(scale[0]), z))
+            lw.qparams.setdefault(root if root in lw.qparams16 else x, (float(scale[0]), z))
     lw.alias(node.output[0], x)
     lw.p.dtypes[node.output[0]] = "float32"
 
