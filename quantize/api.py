@@ -392,7 +392,7 @@ class _Run:
         self.defer_stats = False       # True: --stats is written with -o at the end (one set, one lock)
         self.cpu = _target_cpu(cfg)
         self.scheme = get_scheme(cfg.scheme, per_channel=cfg.per_channel, reduce_range=bool(cfg.reduce_range),
-                                 activation_dtype=cfg.activation_dtype)
+                                 activation_dtype=cfg.activation_dtype).for_io(cfg.tflite_io)
         if cfg.reduce_range is None:
             why = type(self.scheme).reduced_range_reason(self.cpu["arch"], frozenset(self.cpu["flags"]))
             self.scheme.reduce_range = why is not None

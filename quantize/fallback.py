@@ -100,6 +100,9 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
     quantizes (the activation folded into the layer) is paired at that activation's output."""
     import onnx
 
+    from .qdq import fp32_named
+
+    q_proto = fp32_named(q_proto)      # its quantized graph outputs under FP32's names
     side = onnx.ModelProto()
     side.CopyFrom(ref_proto)
     g = side.graph

@@ -102,6 +102,7 @@ class _Emitter:
         self.order = {n.name: i for i, n in enumerate(self.graph.node)}
         self.new_nodes: List[Tuple[int, Any]] = []  # (insert before node index, node)
         self.inits: List[Any] = []
+        self.hand_over: List[Tuple[str, str]] = []   # (graph output, its dequantized value)
 
     def insert_pos(self, tensor: str) -> int:
         p = self.idx.producer.get(tensor)
@@ -118,9 +119,10 @@ class _Emitter:
             else:
                 qp = activation_qparams(resolved[t], self.scheme.activation_symmetric, self.scheme.activation_dtype)
             qparams[t] = qp
-            dq_out = self._pair(t, t, qp, "")
+            dq_out = dq8 = self._pair(t, t, qp, "")
             readers8 = plan.int8_readers.get(t, set())
-            if readers8:     # int8 layers after a 16x8 one read it requantized, as TFLite's QUANTIZE does
+            if readers8 or t in plan.int8_outputs:
+                # int8 layers (and int8 outputs) after a 16x8 one read it requantized, as TFLite's QUANTIZE does
                 fixed = plan.fixed.get(t)
                 qp8 = QParams(np.float32(fixed[0]), int(fixed[1]), "int8") if fixed is not None else \
                     activation_qparams(resolved[t], False, "int8")
@@ -128,7 +130,26 @@ class _Emitter:
             for node, i in self.idx.consumers.get(t, []):
                 if consumers is None or (node.name, i) in consumers:
                     node.input[i] = dq8 if (node.name, i) in readers8 else dq_out
+            if t in plan.outputs and t in self.idx.producer:
+                self.hand_over.append((t, dq8 if t in plan.int8_outputs else dq_out))
         return qparams
+
+    def outputs(self) -> None:
+        """The graph outputs the target hands over quantized take their dequantized value: the
+        producer's tensor is renamed ``NAME`` + :data:`HANDED_SUFFIX` (onnxruntime's convention), the
+        last DequantizeLinear writes ``NAME`` (:func:`fp32_named` undoes it)."""
+        from ..formats.onnx import iter_nodes
+
+        if not self.hand_over:
+            return
+        rename: Dict[str, str] = {}
+        for t, dq in self.hand_over:
+            rename[t], rename[dq] = t + HANDED_SUFFIX, t
+        for node in list(iter_nodes(self.graph)) + [n for _, n in self.new_nodes]:
+            for seq in (node.input, node.output):
+                for k, name in enumerate(seq):
+                    if name in rename:
+                        seq[k] = rename[name]
 
     def _pair(self, t: str, src: str, qp: QParams, suffix: str) -> str:
         """A QuantizeLinear/DequantizeLinear pair on ``src`` (placed after ``t``'s producer); returns
@@ -237,6 +258,7 @@ def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: S
     em = _Emitter(GraphIndex(out), scheme)
     qparams = em.activations(plan, resolve_ranges(plan, ranges))
     em.biases(plan, qparams, em.weights(plan))
+    em.outputs()
     em.assemble()
     if plan.int16 and not any(o.domain == "com.microsoft" for o in out.opset_import):
         out.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
@@ -247,6 +269,37 @@ def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: S
         first = str(exc).strip().splitlines()[0]
         raise QuantizationError(f"the quantized graph is invalid: {first}") from exc
     return out, qparams
+
+
+HANDED_SUFFIX = "_QuantizeLinear_Input"
+
+
+def fp32_named(proto: Any) -> Any:
+    """``proto`` (a QDQ model) with its quantized graph outputs (:meth:`_Emitter.outputs`) named as in
+    FP32 again: the producer writes ``NAME``, the last DequantizeLinear ``NAME_handed_over`` (read by
+    nothing); for tools that pair the QDQ model's tensors with FP32's by name. ``proto`` itself
+    when it hands nothing over."""
+    import onnx
+
+    from ..formats.onnx import iter_nodes
+
+    outs = {o.name for o in proto.graph.output}
+    rename = {}
+    for node in proto.graph.node:
+        for o in node.output:
+            if o.endswith(HANDED_SUFFIX) and o[:-len(HANDED_SUFFIX)] in outs:
+                t = o[:-len(HANDED_SUFFIX)]
+                rename[o], rename[t] = t, f"{t}_handed_over"
+    if not rename:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for node in iter_nodes(out.graph):
+        for seq in (node.input, node.output):
+            for k, name in enumerate(seq):
+                if name in rename:
+                    seq[k] = rename[name]
+    return out
 
 
 def _drop_dead_initializers(proto: Any) -> None:

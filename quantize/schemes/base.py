@@ -45,7 +45,9 @@ class QuantPlan:
     """Where Q/DQ goes. ``activations``: tensor -> None (every consumer reads the dequantized value)
     or a set of ``(node_name, input_index)`` consumers. ``layers``: the quantized nodes (names).
     ``int16``: activations quantized to int16 (symmetric; TFLite's 16x8 fallback), and ``int8_readers``
-    of each: the consumers that read it requantized to int8 (an int8 layer after a 16x8 one)."""
+    of each: the consumers that read it requantized to int8 (an int8 layer after a 16x8 one).
+    ``outputs``: the quantized graph outputs the target hands over as their integer tensor (the
+    graph output becomes the dequantized value); ``int8_outputs``: the int16 ones it hands over as int8."""
 
     activations: Dict[str, Optional[Set[Tuple[str, int]]]] = field(default_factory=dict)
     weights: List[WeightQ] = field(default_factory=list)
@@ -55,6 +57,8 @@ class QuantPlan:
     layers: List[str] = field(default_factory=list)
     int16: Set[str] = field(default_factory=set)
     int8_readers: Dict[str, Set[Tuple[str, int]]] = field(default_factory=dict)
+    outputs: Set[str] = field(default_factory=set)
+    int8_outputs: Set[str] = field(default_factory=set)
 
     def add_activation(self, tensor: str, consumer: Optional[Tuple[str, int]] = None) -> None:
         """QDQ on ``tensor`` for every consumer (``consumer`` None) or for one more consumer."""
@@ -74,6 +78,7 @@ class QuantPlan:
             "shared": self.shared,
             "fixed": {k: list(v) for k, v in self.fixed.items()},
             **({"int16": sorted(self.int16)} if self.int16 else {}),
+            **({"outputs": sorted(self.outputs)} if self.outputs else {}),
         }
 
 
@@ -112,6 +117,11 @@ class Scheme:
     def with_int16(self, layers: Iterable[str]) -> "Scheme":
         """This scheme with ``layers`` in 16x8 (int16 activations, int8 weights), for targets that run it."""
         raise InputError(f"target '{self.name}' has no 16x8 (int16 activation) layers", "use --fallback-precision float")
+
+    def for_io(self, io: str) -> "Scheme":
+        """This scheme for a model whose inputs and outputs are ``io`` (``float`` or ``int8``: TFLite's
+        ``--io``); a scheme whose target has only float I/O is the same scheme."""
+        return self
 
     def plan(self, idx: GraphIndex, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None) -> QuantPlan:
         """The plan for the graph of ``idx``; ``exclude`` keeps those node names in float;

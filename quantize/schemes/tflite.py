@@ -42,6 +42,15 @@ class TFLiteScheme(IslandScheme):
     #: the layers that run 16x8 (int16 activations, int8 weights): the fallback's step before float
     int16_layers: FrozenSet[str] = frozenset()
     _float: FrozenSet[str] = frozenset()       # the layers the current plan keeps in float
+    #: the file's inputs and outputs: ``float`` (QUANTIZE/DEQUANTIZE at the boundary) or ``int8``
+    io: str = "float"
+
+    def for_io(self, io: str) -> "TFLiteScheme":
+        """This scheme for a file with ``io`` inputs and outputs: with ``int8``, a 16x8 layer's graph
+        output is handed over requantized to int8, as the converter writes it."""
+        s = copy.copy(self)
+        s.io = io
+        return s
 
     def with_int16(self, layers: Iterable[str]) -> "TFLiteScheme":
         """This scheme with ``layers`` run 16x8: their outputs are int16 Q/DQ (symmetric, ONNX Runtime's
@@ -78,6 +87,8 @@ class TFLiteScheme(IslandScheme):
                 out = nxt.output[0]
             if out not in plan.activations and idx.elem_type.get(out) == 1:
                 plan.add_activation(out)
+            if out in plan.activations and out in idx.graph_outputs:
+                plan.outputs.add(out)       # the file's output is this int8 tensor, not the float value
             fixed = self.FIXED_OUTPUTS.get(node.op_type)
             if fixed is not None:
                 plan.fixed[out] = fixed
@@ -113,6 +124,10 @@ class TFLiteScheme(IslandScheme):
                 continue
             if out in plan.activations:
                 plan.int16.add(out)
+                if out in idx.graph_outputs:
+                    plan.outputs.add(out)
+                    if self.io == "int8":       # int8 I/O: QUANTIZE int16 -> int8 at the output
+                        plan.int8_outputs.add(out)
         for out in plan.int16:
             readers = plan.activations[out]
             for c, i in idx.consumers.get(out, []):

@@ -187,6 +187,10 @@ class Lowering:
                     self.g._names[name + "/internal"] = other
                 self.g.tensors[t].name = name
                 self.g._names[name] = t
+            src = self.g.tensors[self.vals[name][0]].onnx if name in self.vals else name
+            for qp in (self.qparams, self.qparams16):   # a quantized output (a DequantizeLinear's): its pair's
+                if src in qp and name not in qp:
+                    qp[name] = qp[src]
             self.g.tensors[t].onnx = name   # an Identity's output (a flattened If's): the graph's name, not its source's
             self.g.outputs.append(t)
         fuse_activations(self.g)
