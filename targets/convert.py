@@ -96,6 +96,8 @@ def convert(source: Union[str, Path], output: Union[str, Path], options: Optiona
     if options is not None and options.input_values and not getattr(fn, "takes_input_values", False):
         raise InputError(f"--input-value does not apply to {suffix}",
                          f"write the model specialized for the values first (-o flat.onnx), then convert that to {suffix}")
+    if options is not None and options.int8 and options.calib is None and not getattr(fn, "int8_from_qdq", False):
+        raise InputError("--int8 needs --calib: the data the INT8 ranges are calibrated on")
     t0 = time.perf_counter()
     result = fn(src, dst, options or ConvertOptions())
     if not isinstance(result, ConvertResult):

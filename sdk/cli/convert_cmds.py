@@ -18,7 +18,7 @@ def convert_cmd(
     output: str = typer.Option(..., "--output", "-o", help="Where to write it; the suffix names the format."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help="Fix an input's shape: NAME=1x3x224x224."),
     input_value: Optional[List[str]] = input_value_option(),
-    int8: bool = typer.Option(False, "--int8", help="Write an INT8 model, calibrated on --calib."),
+    int8: bool = typer.Option(False, "--int8", help="Write an INT8 model, calibrated on --calib (a QDQ model: its own scales without --calib)."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data for --int8 (a folder or .npz)."),
     option: Optional[List[str]] = typer.Option(None, "--option", help="Converter option KEY=VALUE; repeatable."),
     json_path: Optional[str] = typer.Option(None, "--json", help="Write the conversion record here ('-' for stdout)."),
@@ -26,13 +26,10 @@ def convert_cmd(
     """Convert MODEL into the format its -o suffix names and print what was written (-o flat.onnx:
     the model specialized for --input-value/--input-shape, the Ifs they decide inlined; -o m.tflite
     with --input-value: that model, converted)."""
-    from ..errors import InputError
     from ..targets.convert import ConvertOptions, convert
     from ..tensors import parse_input_shapes
     from ._common import check_output, console, parse_options, write_json
 
-    if int8 and not calib:
-        raise InputError("--int8 needs --calib: the data the INT8 ranges are calibrated on")
     check_output(output, "-o", stdout_ok=False)
     check_output(json_path, "--json")
     opts = ConvertOptions(input_shapes=parse_input_shapes(input_shape or []), int8=int8, calib=calib,

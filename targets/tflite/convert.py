@@ -117,6 +117,13 @@ def onnx_names(data: bytes) -> Dict[str, Any]:
     return json.loads(raw.decode()) if raw else {}
 
 
+def activation_pairs(proto: Any) -> int:
+    """How many QuantizeLinear nodes of ``proto`` quantize an activation (not an initializer): a QDQ
+    model's own quantization, which ``--int8`` without ``--calib`` converts."""
+    inits = {t.name for t in proto.graph.initializer}
+    return sum(1 for n in proto.graph.node if n.op_type == "QuantizeLinear" and n.input and n.input[0] not in inits)
+
+
 def _check_options(options: ConvertOptions) -> None:
     options.check(".tflite", _OPTIONS)
     io = str(options.extra.get("io", "float"))
@@ -139,9 +146,18 @@ def convert_to_tflite(source: Path, output: Path, options: ConvertOptions) -> Co
     notes: list = []
     details: Dict[str, Any] = {}
     sha256 = m.sha256   # the source's, also when the file is made from its specialized copy
-    if options.input_values and not options.int8:   # --int8: the quantizer resolves them itself
+    own = options.int8 and options.calib is None and activation_pairs(m.proto) > 0
+    if options.input_values and (own or not options.int8):   # --int8 --calib: the quantizer resolves them
         m, notes, details["specialized"] = _specialized(m, options)
-    if options.int8:
+    if own:     # a QDQ source without --calib: its own scales
+        pairs = activation_pairs(m.proto)
+        notes.append(f"--int8 without --calib: the source's own quantization ({pairs} activation "
+                     "QuantizeLinear pairs); its tensors without a pair stay float")
+        details["quantize"] = {"source": "the model's Q/DQ", "activation_pairs": pairs}
+        res = onnx_to_tflite_bytes(m.proto, options.input_shapes, io_layout=io_layout,
+                                   int8_io=str(options.extra.get("io", "float")), source_sha256=sha256,
+                                   signature=signature)
+    elif options.int8:
         proto, qinfo = _quantized_proto(m, options)
         notes.extend(qinfo.pop("notes", []))
         details["quantize"] = qinfo
@@ -175,6 +191,8 @@ def _specialized(m: Any, options: ConvertOptions) -> Any:
 
 
 convert_to_tflite.takes_input_values = True  # type: ignore[attr-defined]
+#: --int8 without --calib converts a QDQ model at its own scales (the converter checks it has some)
+convert_to_tflite.int8_from_qdq = True  # type: ignore[attr-defined]
 
 
 def _quantized_proto(m: Any, options: ConvertOptions) -> Any:
@@ -188,7 +206,8 @@ def _quantized_proto(m: Any, options: ConvertOptions) -> Any:
     if "calib_limit" in options.extra:
         kw["calib_limit"] = int(options.extra["calib_limit"])
     if options.calib is None:
-        raise InputError("--int8 needs --calib: the data the INT8 ranges are calibrated on")
+        raise InputError("--int8 needs --calib: the data the INT8 ranges are calibrated on "
+                         "(a model with Q/DQ pairs of its own converts without it)")
     if options.input_values:
         kw["input_values"] = options.input_values
     res = quantize(m, options.calib, **kw)
