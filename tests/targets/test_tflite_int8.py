@@ -182,3 +182,81 @@ def test_tflite_output_needs_the_tflite_target(quantized, tmp_path):
     with pytest.raises(InputError, match=r"--target is onnxruntime.*add --target tflite"):
         quantize(quantized[0], _feeds(2, 0), scheme="onnxruntime", output=tmp_path / "m.tflite")
     assert not (tmp_path / "m.tflite").exists()
+
+
+def _hswish_net(path) -> Any:
+    """Conv -> HardSwish -> depthwise Conv -> HardSwish -> Conv: MobileNetV3's pattern."""
+    inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "dw": _w(8, 1, 3, 3), "db": _w(8), "w3": _w(4, 8, 1, 1)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("HardSwish", ["c1"], ["h1"], name="hs1"),
+        helper.make_node("Conv", ["h1", "dw", "db"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"),
+        helper.make_node("HardSwish", ["c2"], ["h2"], name="hs2"),
+        helper.make_node("Conv", ["h2", "w3"], ["y"], name="conv3"),
+    ]
+    g = helper.make_graph(nodes, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    return save_checked(m, path)
+
+
+@pytest.mark.parametrize("io", ["float", "int8"])
+def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only(tmp_path, io):
+    """Float I/O (XNNPACK, which has no int8 HARD_SWISH): DEQUANTIZE -> float HARD_SWISH -> QUANTIZE
+    at the QDQ model's own output scale; int8 I/O: the 3-op int8 expansion, no float op. Both follow
+    the QDQ model of the same calibration."""
+    src = _hswish_net(tmp_path / "hs.onnx")
+    out = tmp_path / f"hs_{io}.tflite"
+    res = quantize(src, _feeds(16, 0), scheme="tflite", output=out, budget=False, speed_check=False,
+                   use_cache=False, workers=1, tflite_io=io)
+    qdq_path = tmp_path / "hs.qdq.onnx"
+    quantize(src, _feeds(16, 0), scheme="tflite", output=qdq_path, budget=False, speed_check=False,
+             use_cache=False, workers=1, tflite_io=io)
+    it = _interp(out)
+    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    ops = it._get_ops_details()
+    codes = [op["op_name"] for op in ops]
+    info = res.report["tflite"]
+    if io == "float":
+        assert codes.count("HARD_SWISH") == 2 and info["float_for_xnnpack"] == {"HARD_SWISH": 2}
+        assert info["hard_swish_expanded"] == 0
+        import onnx
+
+        scales = {n.input[0]: numpy_helper.to_array(next(i for i in onnx.load(str(qdq_path)).graph.initializer
+                                                         if i.name == n.input[1])).item()
+                  for n in onnx.load(str(qdq_path)).graph.node if n.op_type == "QuantizeLinear"}
+        for op in ops:
+            if op["op_name"] != "HARD_SWISH":
+                continue
+            x, y = tensors[op["inputs"][0]], tensors[op["outputs"][0]]
+            assert x["dtype"] == np.float32 and y["dtype"] == np.float32
+            assert codes[op["index"] - 1] == "DEQUANTIZE"
+            q = next(o for o in ops if o["op_name"] == "QUANTIZE" and o["inputs"][0] == op["outputs"][0])
+            s, _, _ = _q(tensors[q["outputs"][0]])
+            onnx_name = "h1" if "h1" in tensors[q["outputs"][0]]["name"] else "h2"
+            assert float(s[0]) == pytest.approx(scales[onnx_name], rel=1e-6)   # the source's own scale
+        assert any("HARD_SWISH run float" in n for n in info["notes"])
+    else:
+        assert "HARD_SWISH" not in codes and info["hard_swish_expanded"] == 2 and info["ops_float"] == 0
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(qdq_path), so, providers=["CPUExecutionProvider"])
+    i, o = it.get_input_details()[0], it.get_output_details()[0]
+    for feed in _feeds(4, 7):
+        x = feed["x"].transpose(0, 2, 3, 1) if list(i["shape"]) == [1, 8, 8, 3] else feed["x"]
+        if i["dtype"] == np.int8:
+            s, z = i["quantization"]
+            x = np.clip(np.round(x / s + z), -128, 127).astype(np.int8)
+        it.set_tensor(i["index"], x)
+        it.invoke()
+        got = it.get_tensor(o["index"]).astype(np.float32)
+        if o["dtype"] == np.int8:
+            s, z = o["quantization"]
+            got = (got - z) * s
+        if got.shape != (1, 4, 8, 8):
+            got = got.transpose(0, 3, 1, 2)
+        want = sess.run(None, feed)[0]
+        step = float(np.abs(np.diff(np.unique(want))).min())
+        assert np.abs(got - want).max() <= 3 * step + 1e-6
