@@ -180,14 +180,9 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         _count_labels(labels, ref[label_output], out[label_output], counts)
     correct_ref, correct_q, labelled = counts
     result = Evaluation(samples=samples, outputs={k: a.result() for k, a in acc.items()})
-    result.pairs = {}
-    for i, k in enumerate(names):
-        role = (roles or {}).get(k)
-        if role is not None:   # what the task reads from this output (sdk.quantize.roles)
-            result.pairs[k] = (_per_sample([r[i] for r in refs], sizes), _per_sample([c[i] for c in cands], sizes))
-            score = role.score(*result.pairs[k])
-            result["outputs"][k].update({"role": role.name, "role_metric": role.metric, "role_score": score,
-                                         "role_min": role.min_score})
+    per_output = {k: (_per_sample([r[i] for r in refs], sizes), _per_sample([c[i] for c in cands], sizes))
+                  for i, k in enumerate(names) if k in (roles or {})}
+    result.pairs = judge_by_role(roles or {}, per_output, result["outputs"])
     if task_metric is not None:
         result["task_metric"] = float(task_metric(refs, cands))
     if labelled:
@@ -195,6 +190,31 @@ def evaluate(ref_sess, q_sess, batches: Iterable[Tuple[Dict[str, np.ndarray], Li
         result["task"] = {"metric": "top1_accuracy", "output": label_output, "labelled": labelled,
                           "fp32": fp32, "int8": int8, "drop_points": fp32 - int8}
     return result
+
+
+def judge_by_role(roles: Mapping[str, Any], per_output: Mapping[str, Tuple[List[Any], List[Any]]],
+                  rows: Dict[str, Dict[str, Any]]) -> Dict[str, Tuple[List[Any], List[Any]]]:
+    """Each output's role score (:mod:`sdk.quantize.roles`: what the task reads from it) into its row
+    of ``rows``; ``per_output``: output -> (FP32, candidate) arrays per sample. A role over several
+    outputs is scored once, on its first one; the others say whose score judges them
+    (``judged_with``). Returns the pairs each score was taken on (for :func:`add_intervals`)."""
+    pairs: Dict[str, Tuple[List[Any], List[Any]]] = {}
+    for k, role in roles.items():
+        if k not in per_output or k not in rows:
+            continue
+        if role.outputs:
+            if k != role.outputs[0]:
+                rows[k].update({"role": role.name, "judged_with": role.outputs[0]})
+                continue
+            if any(o not in per_output for o in role.outputs):
+                continue
+            pairs[k] = tuple([list(x) for x in zip(*(per_output[o][j] for o in role.outputs))]  # type: ignore[assignment]
+                             for j in (0, 1))
+        else:
+            pairs[k] = per_output[k]
+        rows[k].update({"role": role.name, "role_metric": role.metric, "role_score": role.score(*pairs[k]),
+                        "role_min": role.min_score})
+    return pairs
 
 
 def _per_sample(arrays: List[np.ndarray], sizes: Sequence[int]) -> List[np.ndarray]:
@@ -259,6 +279,8 @@ class Budget:
             if agree and 100.0 * (1.0 - min(agree)) > self.max_drop:
                 return False
         for o in result["outputs"].values():
+            if self.by_role and o.get("judged_with"):
+                continue                     # one role over several outputs: scored on the first
             if self.by_role and "role_score" in o:
                 if o["role_score"] < o["role_min"]:
                     return False

@@ -655,11 +655,13 @@ class _Run:
         """Each output's role (:mod:`sdk.quantize.roles`) from FP32's outputs on the first held-out
         samples, the graph's hints (a Log output) and ``--output-role``."""
         from .graph import output_hints
-        from .roles import infer_roles
+        from .roles import image_size, infer_roles
 
         names = [o.name for o in self.ref_sess.get_outputs()]
-        ref = [dict(zip(names, self.ref_sess.run(names, dict(feed)))) for feed, _ in _take(eval_src.samples(), 4)]
-        return infer_roles(names, ref, output_hints(self.work), self.cfg.output_roles)
+        feeds = [dict(feed) for feed, _ in _take(eval_src.samples(), 4)]
+        ref = [dict(zip(names, self.ref_sess.run(names, feed))) for feed in feeds]
+        return infer_roles(names, ref, output_hints(self.work), self.cfg.output_roles,
+                           image_size(feeds[0]) if feeds else None)
 
     def _fallback(self, eval_src: Any, run_eval: Callable[..., Dict[str, Any]], result: Dict[str, Any],
                   needs_fallback: bool) -> Dict[str, Any]:

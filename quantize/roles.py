@@ -15,8 +15,12 @@ detections ``[N, 4+C, A]`` / ``[N, A, 4+C]`` (A >> 4+C,   box mAP@0.5 vs FP32 (:
                                                           candidate's ranked by score down to a tenth
                                                           of the threshold); anchors as boxes where
                                                           the box columns are not pixel boxes
+heads      per level a score head ``[N, A, C]`` in       box mAP@0.5 vs FP32 over the decoded boxes
+           [0, 1] and a DFL distance head ``[N, A, 4R]``  (DFL expectation x stride around each
+           (GFL / PicoDet), each level's A a stride's     anchor centre, class-wise NMS): one role over
+           grid of the input image                        all the heads, named on the first score head
 scores     asked for (``--output-role``): a detector's    the same mAP with each anchor its own box
-           score head ``[N, A, C]`` beside its box head   (recognised heads stay on cosine: too strict)
+           score head ``[N, A, C]`` beside its box head   (a lone head: anchor by anchor is too strict)
 mask       ``[N, 1, H, W]`` / ``[N, H, W, 1]`` in [0, 1]   mask IoU at 0.5
 classes    softmax rows ``[N, C]`` (C > 1), ``[N,T,C]``     top-1 agreement (per row / position; CTC-like
                                                           sequences: 1 - error rate of the greedy reading)
@@ -40,6 +44,7 @@ import numpy as np
 from ..errors import InputError
 
 __all__ = ["Role", "ROLES", "register_role", "infer_roles", "get_role", "parse_output_roles", "wilson_interval",
+           "image_size",
            "INTERVAL_LEVEL"]
 
 #: the confidence of the interval a report gives around each role's score (:meth:`Role.interval`)
@@ -55,6 +60,9 @@ class Role:
     name = ""
     metric = ""
     default_min = 0.99
+    #: a role over several outputs (:class:`DetectionHeads`): the output names it reads, in order; its
+    #: score then takes per sample the list of their arrays, and the first name carries the score
+    outputs: Tuple[str, ...] = ()
 
     def __init__(self, min_score: Optional[float] = None, **params: Any):
         self.min_score = self.default_min if min_score is None else min_score
@@ -94,6 +102,7 @@ class Role:
 
     def describe(self) -> Dict[str, Any]:
         return {"role": self.name, "metric": self.metric, "min": self.min_score,
+                **({"outputs": list(self.outputs)} if self.outputs else {}),
                 **{k: v for k, v in self.params.items() if isinstance(v, (str, int, float, bool))}}
 
 
@@ -421,6 +430,117 @@ class Scores(Detections):
         super().__init__(min_score, **{"layout": "anchors", "boxes": "anchor", "first_score": 0, **params})
 
 
+@register_role
+class DetectionHeads(Role):
+    """An anchor-free detector's raw heads (GFL, PicoDet): per level a score head ``[N, A, C]`` and a
+    distance head ``[N, A, 4R]`` (R bins per side), the level's anchors a ``ceil(H/s) x ceil(W/s)``
+    grid of the input image at stride s. Decoded as the detector's post-processing does: the bins'
+    softmax expectation x stride around each anchor centre, the best class, class-wise NMS.
+    ``params``: ``levels`` (per level ``[grid height, grid width, stride]``, score heads first in
+    :attr:`outputs`, then the distance heads)."""
+
+    name = "heads"
+    metric = "box mAP@0.5 vs FP32 (decoded heads)"
+    default_min = 0.97
+    CONF = Detections.CONF
+    IOU = Detections.IOU
+
+    def __init__(self, min_score: Optional[float] = None, outputs: Sequence[str] = (), **params: Any):
+        super().__init__(min_score, **params)
+        self.outputs = tuple(outputs)
+        if not self.outputs or len(self.outputs) != 2 * len(params.get("levels", ())):
+            raise InputError("the heads role needs a score and a distance head per level",
+                             "let the quantizer recognise the heads, or judge the outputs one by one")
+
+    def _dets(self, heads: Sequence[np.ndarray], conf: float) -> np.ndarray:
+        from ..corpus.tasks import _classwise_nms
+
+        levels = self.params["levels"]
+        boxes, scores = [], []
+        for (fh, fw, stride), score, dist in zip(levels, heads[:len(levels)], heads[len(levels):]):
+            ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
+            cx, cy = (ww.ravel() + 0.5) * stride, (hh.ravel() + 0.5) * stride
+            d = _f64(dist)[0]
+            d = d.reshape(-1, d.shape[-1] // 4)
+            d = np.exp(d - d.max(1, keepdims=True))
+            d = ((d / d.sum(1, keepdims=True)) @ np.arange(d.shape[1])).reshape(-1, 4) * stride
+            boxes.append(np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1))
+            scores.append(_f64(score)[0])
+        box, sc = np.concatenate(boxes), np.concatenate(scores)
+        cls = sc.argmax(1)
+        best = sc[np.arange(len(cls)), cls]
+        m = best >= conf
+        return _classwise_nms(box[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
+
+    def score(self, reference: Sequence[Any], candidate: Sequence[Any]) -> float:
+        n, score_of = self.resampler(reference, candidate)
+        return score_of(np.arange(n))
+
+    def resampler(self, reference: Sequence[Any], candidate: Sequence[Any]
+                  ) -> Tuple[int, Callable[[np.ndarray], float]]:
+        """Per sample (the list of its heads' arrays), decoded and matched once; a resampling only re-ranks."""
+        from ..corpus.tasks import _match, map_of_matches
+
+        ref = [self._dets(r, self.CONF) for r in reference]
+        cand = [self._dets(c, self.CONF / 10) for c in candidate]
+        if not any(len(r) for r in ref):   # nothing to find: the candidate must find nothing either
+            none = [self._dets(c, self.CONF) for c in candidate]
+            return len(ref), lambda pick: 1.0 if not any(len(none[i]) for i in pick) else 0.0
+        matched = [_match(r, c, 0.5) for r, c in zip(ref, cand)]
+        return len(matched), lambda pick: map_of_matches([ref[i] for i in pick], [matched[i] for i in pick])
+
+
+#: strides a detector head's grid is tried at (:func:`_detection_heads`)
+HEAD_STRIDES = (4, 8, 16, 32, 64, 128)
+
+
+def image_size(feed: Mapping[str, Any]) -> Optional[Tuple[int, int]]:
+    """``(height, width)`` of the first image-like input of a feed (4-D, 1-4 channels, NCHW or NHWC)."""
+    for v in feed.values():
+        shape = np.shape(v)
+        if len(shape) == 4 and np.asarray(v).dtype.kind == "f":
+            if 1 <= shape[1] <= 4 < min(shape[2], shape[3]):
+                return int(shape[2]), int(shape[3])
+            if 1 <= shape[3] <= 4 < min(shape[1], shape[2]):
+                return int(shape[1]), int(shape[2])
+    return None
+
+
+def _detection_heads(names: Sequence[str], reference: Sequence[Mapping[str, np.ndarray]],
+                     size: Optional[Tuple[int, int]]) -> Optional[Tuple[List[str], List[List[int]]]]:
+    """``(score heads then distance heads, levels)`` where every 3-D output is one of a level's pair:
+    a score head ``[N, A, C]`` in [0, 1] beside a distance head ``[N, A, 4R]`` (R >= 2, not in
+    [0, 1]) with the same A, A a stride's grid of the input image ``size``; else None."""
+    if size is None or not reference:
+        return None
+    first = reference[0]
+    three = [n for n in names if n in first and np.ndim(first[n]) == 3]
+    if len(three) < 2:
+        return None
+    scores: Dict[int, List[str]] = {}
+    dists: Dict[int, List[str]] = {}
+    for n in three:
+        x = np.concatenate([np.asarray(r[n], np.float64).ravel() for r in reference if n in r])
+        a, c = np.shape(first[n])[1:]
+        if _unit(x) and c < a and not _distributions(np.asarray(first[n])):
+            scores.setdefault(a, []).append(n)
+        elif not _unit(x) and c % 4 == 0 and c >= 8:
+            dists.setdefault(a, []).append(n)
+    single = all(len(v) == 1 for v in list(scores.values()) + list(dists.values()))
+    if sorted(scores) != sorted(dists) or not single or 2 * len(scores) != len(three):
+        return None
+    h, w = size
+    levels = []
+    for a in sorted(scores, reverse=True):
+        fit = [s for s in HEAD_STRIDES if math.ceil(h / s) * math.ceil(w / s) == a]
+        if not fit:
+            return None
+        s = fit[0]
+        levels.append([math.ceil(h / s), math.ceil(w / s), s])
+    order = sorted(scores, reverse=True)
+    return [scores[a][0] for a in order] + [dists[a][0] for a in order], levels
+
+
 # ----------------------------------------------------------------------------------- recognition
 
 def _unit(x: np.ndarray) -> bool:
@@ -472,17 +592,26 @@ def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]])
 
 def infer_roles(names: Sequence[str], reference: Sequence[Mapping[str, np.ndarray]],
                 hints: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                overrides: Optional[Mapping[str, str]] = None) -> Dict[str, Role]:
+                overrides: Optional[Mapping[str, str]] = None,
+                size: Optional[Tuple[int, int]] = None) -> Dict[str, Role]:
     """Each output's role from FP32's outputs on a few samples (``reference``: per sample, output
-    name -> array), the caller's graph ``hints`` (output -> ``{"role": ..., params}``) and the user's
-    ``overrides`` (output -> role name; an unknown output name is an InputError)."""
+    name -> array), the caller's graph ``hints`` (output -> ``{"role": ..., params}``), the user's
+    ``overrides`` (output -> role name; an unknown output name is an InputError) and the input
+    image's ``size`` (height, width: :func:`image_size`), which places a detector's heads on their
+    grids (:class:`DetectionHeads`, one role object for every head)."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise InputError(f"--output-role names no output of the model: {', '.join(unknown)}",
                          f"outputs: {', '.join(names)}")
     roles: Dict[str, Role] = {}
+    heads = _detection_heads(names, reference, size)
+    if heads is not None and not set(heads[0]) & set(overrides) and not any((hints or {}).get(n) for n in heads[0]):
+        group = DetectionHeads(outputs=heads[0], levels=heads[1])
+        roles.update({n: group for n in heads[0]})
     for name in names:
+        if name in roles:
+            continue
         samples = [r[name] for r in reference if name in r]
         role, params = _infer_one(samples, (hints or {}).get(name)) if samples else ("cosine", {})
         if name in overrides and overrides[name] != role:

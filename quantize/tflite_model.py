@@ -347,36 +347,34 @@ class _Eval:
     (:class:`~.accuracy.OutputAccumulator`) and :class:`~.accuracy.Budget`, as on the ONNX path."""
 
     def __init__(self, cfg: Any, adapter: TFLiteAdapter, out_names: List[str], source: Any, budget: Any):
-        from .roles import infer_roles
+        from .roles import image_size, infer_roles
 
         self.cfg, self.adapter, self.out_names, self.budget = cfg, adapter, out_names, budget
         self.rows: List[Dict[str, np.ndarray]] = []
         for feed, _ in source.samples():
             self.rows.extend(_rows(feed))
         self.ref = [[adapter.run(r, out_names)[n] for n in out_names] for r in self.rows]
-        self.roles = infer_roles(out_names, [dict(zip(out_names, x)) for x in self.ref[:4]], None, cfg.output_roles)
+        self.roles = infer_roles(out_names, [dict(zip(out_names, x)) for x in self.ref[:4]], None, cfg.output_roles,
+                                 image_size(self.rows[0]) if self.rows else None)
 
     def evaluate(self, data: bytes) -> Dict[str, Any]:
         """INT8 ``data`` against the float model on the held-out samples."""
-        from .accuracy import Evaluation, OutputAccumulator
+        from .accuracy import Evaluation, OutputAccumulator, judge_by_role
 
         ref = self.ref
         it = _int8_interpreter(data)
         got = [_run_int8(it, r) for r in self.rows]
         outs: Dict[str, Any] = {}
-        pairs: Dict[str, Any] = {}
+        per_output: Dict[str, Any] = {}
         for k, n in enumerate(self.out_names):
             acc = OutputAccumulator()
             for x, g in zip(ref, got):
                 acc.update(x[k], g[k].reshape(x[k].shape))
             outs[n] = acc.result()
-            role = self.roles.get(n)
-            if role is not None:
-                pairs[n] = ([x[k] for x in ref], [g[k].reshape(x[k].shape) for x, g in zip(ref, got)])
-                outs[n].update({"role": role.name, "role_metric": role.metric, "role_min": role.min_score,
-                                "role_score": role.score(*pairs[n])})
+            if n in self.roles:
+                per_output[n] = ([x[k] for x in ref], [g[k].reshape(x[k].shape) for x, g in zip(ref, got)])
         result = Evaluation(samples=len(ref), outputs=outs)
-        result.pairs = pairs
+        result.pairs = judge_by_role(self.roles, per_output, outs)
         if self.cfg.task_metric is not None:
             result["task_metric"] = float(self.cfg.task_metric(ref, got))
         return result

@@ -205,7 +205,9 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     if acc:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""
-            if "role" in m:
+            if m.get("judged_with"):
+                extra += f"; role {m['role']}: judged with {m['judged_with']}"
+            elif "role" in m:
                 extra += f"; role {m['role']}: {m['role_metric']} {m['role_score']:.4f} (min {m['role_min']:g}"
                 if "role_interval" in m:
                     lo, hi = m["role_interval"]

@@ -108,7 +108,7 @@ def _default_fails_where_the_task_fails(res, least: float) -> None:
     acc = res.report["accuracy"]
     assert res.report["fallback_layers"] == [] and all("role" in o for o in acc["outputs"].values())
     default = Budget(min_cosine=DEFAULT_MIN_COSINE, min_top1_agreement=DEFAULT_MIN_TOP1, by_role=True)
-    roles = {k: (o["role"], round(o["role_score"], 4)) for k, o in acc["outputs"].items()}
+    roles = {k: (o["role"], round(o.get("role_score", -1), 4)) for k, o in acc["outputs"].items()}
     if acc["task_metric"] < least:
         assert not default.holds(acc), (acc["task_metric"], roles)
 

@@ -284,3 +284,73 @@ def test_batched_outputs_are_resampled_per_sample():
     assert role.score(split_ref, split_got) == role.score(ref, got)
     assert role.resampler(split_ref, split_got)[0] == 10
     assert _per_sample(ref[:1], [1]) == ref[:1]
+
+
+def _pico(rng, size=(64, 48), strides=(8, 16), classes=3, bins=8, hot=3):
+    """A PicoDet-style output set for a ``size`` image: per stride a score head [1, A, C] (a few
+    confident anchors) and a DFL distance head [1, A, 4 * bins] (logits peaked at 1-3 bins)."""
+    out = {}
+    for k, s in enumerate(strides):
+        a = math.ceil(size[0] / s) * math.ceil(size[1] / s)
+        sc = rng.uniform(0, 0.05, (1, a, classes)).astype(np.float32)
+        idx = rng.choice(a, hot, replace=False)
+        sc[0, idx, rng.integers(classes, size=hot)] = rng.uniform(0.6, 0.9, hot)
+        d = rng.normal(0, 0.5, (1, a, 4, bins)).astype(np.float32)
+        d[0, np.arange(a)[:, None], np.arange(4)[None], rng.integers(1, 4, (a, 4))] += 6.0
+        out[f"score{k}"], out[f"dist{k}"] = sc, d.reshape(1, a, 4 * bins)
+    return out
+
+
+def test_detector_heads_are_one_role_placed_on_the_input_grid():
+    """PicoDet/GFL heads (score + DFL distances per stride): one ``heads`` role over all of them when
+    the input image's size places every level on a stride's grid; each head on its own otherwise.
+    Judged on the decoded boxes: moving the distance logits of the hot anchors (the boxes) breaks
+    it, noise in the cold anchors' scores does not; the accuracy core scores it once and budgets
+    the other heads with it."""
+    from sdk.quantize.accuracy import Budget, judge_by_role
+
+    rng = np.random.default_rng(3)
+    ref = [_pico(rng) for _ in range(4)]
+    names = ["score0", "score1", "dist0", "dist1"]
+    roles = infer_roles(names, ref, size=(64, 48))
+    assert {r.name for r in roles.values()} == {"heads"} and len({id(r) for r in roles.values()}) == 1
+    role = roles["score0"]
+    assert role.outputs == ("score0", "score1", "dist0", "dist1")
+    assert role.params["levels"] == [[8, 6, 8], [4, 3, 16]]
+    assert {k: r.name for k, r in infer_roles(names, ref).items()} == \
+        {"score0": "cosine", "score1": "cosine", "dist0": "cosine", "dist1": "cosine"}   # no size: no grid
+    assert infer_roles(names, ref, size=(72, 48))["score0"].name == "cosine"          # no stride fits
+    assert infer_roles(names, ref, size=(64, 48), overrides={"score0": "scores"})["score0"].name == "scores"
+
+    def rows(outs):
+        return [[o[n] for n in role.outputs] for o in outs]
+
+    calm = []
+    for o in ref:
+        c = {k: v.copy() for k, v in o.items()}
+        for k in ("score0", "score1"):
+            cold = c[k] < 0.1
+            c[k][cold] = np.clip(c[k][cold] + rng.normal(0, 0.02, int(cold.sum())), 0, 0.1)
+        calm.append(c)
+    assert role.score(rows(ref), rows(ref)) == 1.0
+    assert role.score(rows(ref), rows(calm)) == 1.0
+    moved = []
+    for o in ref:
+        c = {k: v.copy() for k, v in o.items()}
+        for k in ("score0", "score1"):
+            hot = np.nonzero(c[k][0].max(1) > 0.5)[0]
+            d = c["dist" + k[-1]][0].reshape(len(c[k][0]), 4, -1)
+            d[hot] = np.roll(d[hot], 3, axis=2)          # each side 3 bins further: another box
+        moved.append(c)
+    assert role.score(rows(ref), rows(moved)) < 0.5
+    # the accuracy core: one score, on the first head; the rest judged with it
+    out = {n: {"cosine": 0.5} for n in names}
+    pairs = judge_by_role(roles, {n: ([o[n] for o in ref], [o[n] for o in moved]) for n in names}, out)
+    assert list(pairs) == ["score0"] and out["score0"]["role_score"] < 0.5
+    assert out["dist1"] == {"cosine": 0.5, "role": "heads", "judged_with": "score0"}
+    assert not Budget(min_cosine=0.99, by_role=True).holds({"outputs": out})
+    out = {n: {"cosine": 0.5} for n in names}   # low cosines, same boxes: the heads hold
+    judge_by_role(roles, {n: ([o[n] for o in ref], [o[n] for o in calm]) for n in names}, out)
+    assert Budget(min_cosine=0.99, by_role=True).holds({"outputs": out})
+    with pytest.raises(InputError, match="heads role needs"):
+        get_role("heads")
