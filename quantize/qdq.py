@@ -145,11 +145,7 @@ class _Emitter:
         rename: Dict[str, str] = {}
         for t, dq in self.hand_over:
             rename[t], rename[dq] = t + HANDED_SUFFIX, t
-        for node in list(iter_nodes(self.graph)) + [n for _, n in self.new_nodes]:
-            for seq in (node.input, node.output):
-                for k, name in enumerate(seq):
-                    if name in rename:
-                        seq[k] = rename[name]
+        _rename_tensors(list(iter_nodes(self.graph)) + [n for _, n in self.new_nodes], rename)
 
     def _pair(self, t: str, src: str, qp: QParams, suffix: str) -> str:
         """A QuantizeLinear/DequantizeLinear pair on ``src`` (placed after ``t``'s producer); returns
@@ -294,12 +290,17 @@ def fp32_named(proto: Any) -> Any:
         return proto
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    for node in iter_nodes(out.graph):
+    _rename_tensors(iter_nodes(out.graph), rename)
+    return out
+
+
+def _rename_tensors(nodes: Any, rename: Mapping[str, str]) -> None:
+    """Every input and output of ``nodes`` named in ``rename`` takes its new name."""
+    for node in nodes:
         for seq in (node.input, node.output):
             for k, name in enumerate(seq):
                 if name in rename:
                     seq[k] = rename[name]
-    return out
 
 
 def _drop_dead_initializers(proto: Any) -> None:
