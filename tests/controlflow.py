@@ -203,3 +203,75 @@ def loop_with_if_model(path, trips: int = 4):
                                       helper.make_tensor_value_info("mode", TensorProto.INT64, [])],
                           [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4])], inits)
     return _save(g, path)
+
+
+def decoder_loop_model(path, rows: int = 6, hidden: int = 4, classes: int = 3):
+    """A greedy decoder as paddle2onnx writes SLANet's: ``x [1, hidden]`` -> ``h0 = x @ W0``, then a
+    Loop (``M`` = INT64_MAX, ended by its counter) whose body steps ``h = tanh(h @ Wh)``, picks
+    ``ArgMax`` -> ``OneHot``, and writes ``row = onehot + h[:, :classes]`` into row ``i`` of a
+    ``[1, rows, classes]`` buffer the paddle2onnx way (``ScatterElements`` over ``Tile(Range(i,
+    min(rows, i + 1)))``, its update expanded to ``Shape(Slice(buf, i, ...))``). ``Wh`` and the row
+    limit are carried as loop variables passed through unchanged. Outputs: the buffer and the last h."""
+    i64 = lambda v, n: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    wh = numpy_helper.from_array((np.arange(hidden * hidden, dtype=np.float32).reshape(hidden, hidden) % 5 - 2) * 0.4,
+                                 "wh")
+    body_consts = [i64([1], "one"), i64([rows], "rows"), i64([1], "axis1"), i64([1, -1, 1], "col_shape"),
+                   i64([1, 1, classes], "reps"), i64([classes], "depth"), i64([0], "zero1"), i64([classes], "ncls"),
+                   numpy_helper.from_array(np.array([0.0, 1.0], np.float32), "offon")]
+    n = helper.make_node
+    body_nodes = [
+        n("MatMul", ["h_in", "wh_in"], ["hw"], name="step_mm"),
+        n("Tanh", ["hw"], ["h_out"], name="step_tanh"),
+        n("ArgMax", ["h_out"], ["pick"], axis=1, keepdims=0, name="pick"),
+        n("OneHot", ["pick", "depth", "offon"], ["onehot"], axis=-1, name="onehot"),
+        n("Slice", ["h_out", "zero1", "ncls", "axis1"], ["h_head"], name="head"),
+        n("Add", ["onehot", "h_head"], ["row"], name="row"),
+        n("Add", ["i_in", "one"], ["i_next"], name="inc"),
+        n("Min", ["rows", "i_next"], ["stop"], name="stop"),
+        n("Slice", ["buf_in", "i_in", "stop", "axis1"], ["the_row"], name="the_row"),
+        n("Shape", ["the_row"], ["row_shape"], name="row_shape"),
+        n("Unsqueeze", ["row", "axis1"], ["row3"], name="row3"),
+        n("Expand", ["row3", "row_shape"], ["update"], name="update"),
+        n("Squeeze", ["i_in"], ["start_s"], name="start_s"),
+        n("Squeeze", ["stop"], ["stop_s"], name="stop_s"),
+        n("Squeeze", ["one"], ["step_s"], name="step_s"),
+        n("Range", ["start_s", "stop_s", "step_s"], ["at"], name="at"),
+        n("Reshape", ["at", "col_shape"], ["at3"], name="at3"),
+        n("Tile", ["at3", "reps"], ["index"], name="index"),
+        n("ScatterElements", ["buf_in", "index", "update"], ["buf_out"], axis=1, name="write_row"),
+        n("Add", ["limit_in", "one"], ["limit1"], name="limit1"),
+        n("Less", ["i_next", "limit1"], ["cond_out"], name="go_on"),
+    ]
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        body_nodes, "decoder_body",
+        [vi("iter", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [1]),
+         vi("h_in", TensorProto.FLOAT, [1, hidden]), vi("i_in", TensorProto.INT64, [1]),
+         vi("buf_in", TensorProto.FLOAT, [1, rows, classes]), vi("limit_in", TensorProto.INT64, [1]),
+         vi("wh_in", TensorProto.FLOAT, [hidden, hidden])],
+        [vi("cond_out", TensorProto.BOOL, [1]), vi("h_out", TensorProto.FLOAT, [1, hidden]),
+         vi("i_next", TensorProto.INT64, [1]), vi("buf_out", TensorProto.FLOAT, [1, rows, classes]),
+         vi("limit_in", TensorProto.INT64, [1]), vi("wh_in", TensorProto.FLOAT, [hidden, hidden])], body_consts)
+    w0 = numpy_helper.from_array(np.eye(hidden, dtype=np.float32), "w0")
+    inits = [w0, wh, i64(2 ** 63 - 1, "M"), numpy_helper.from_array(np.array([True]), "go"), i64([0], "i0"),
+             i64([rows - 1], "limit"), numpy_helper.from_array(np.zeros((1, rows, classes), np.float32), "buf0")]
+    g = helper.make_graph(
+        [n("MatMul", ["x", "w0"], ["h0"], name="first_mm"),
+         n("Loop", ["M", "go", "h0", "i0", "buf0", "limit", "wh"], ["h", "i_end", "buf", "limit_end", "wh_end"],
+           body=body, name="decoder")],
+        "decoder_loop", [vi("x", TensorProto.FLOAT, [1, hidden])],
+        [vi("buf", TensorProto.FLOAT, [1, rows, classes]), vi("h", TensorProto.FLOAT, [1, hidden])], inits)
+    return _save(g, path, opset=13)
+
+
+def scan_output_loop_model(path, trips: int = 3):
+    """A Loop (``M = trips``) whose body also emits ``h`` as a scan output (stacked per iteration)."""
+    body = _loop_body(False, trips)
+    body.node.append(helper.make_node("Identity", ["h_out"], ["h_scan"], name="scan"))
+    body.output.append(helper.make_tensor_value_info("h_scan", TensorProto.FLOAT, [1, 4]))
+    inits = [numpy_helper.from_array(np.array(trips, np.int64), "M"), numpy_helper.from_array(np.array(True), "true")]
+    g = helper.make_graph([helper.make_node("Loop", ["M", "true", "x"], ["h", "hs"], body=body, name="scan_loop")],
+                          "scan_loop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 4]),
+                           helper.make_tensor_value_info("hs", TensorProto.FLOAT, [trips, 1, 4])], inits)
+    return _save(g, path)

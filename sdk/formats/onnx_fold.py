@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-__all__ = ["fold_constants"]
+__all__ = ["fold_constants", "subgraph_inputs"]
 
 _Fold = Callable[[Any, List[Optional[np.ndarray]]], Optional[np.ndarray]]
 
@@ -170,7 +170,7 @@ def _rewrite(out: Any, nodes: List[Any], values: Dict[str, np.ndarray], known: S
     from onnx import helper, numpy_helper
 
     g = out.graph
-    used = {i for n in nodes for i in n.input} | keep | _subgraph_inputs(nodes)
+    used = {i for n in nodes for i in n.input} | keep | subgraph_inputs(nodes)
     new_inits = [numpy_helper.from_array(values[name], name) for name in values if name not in known and name in used]
     kept = [t for t in g.initializer if t.name in used or t.name in inputs]
     del g.node[:]
@@ -186,7 +186,7 @@ def _rewrite(out: Any, nodes: List[Any], values: Dict[str, np.ndarray], known: S
     g.value_info.extend(vis)
 
 
-def _subgraph_inputs(nodes: List[Any]) -> Set[str]:
+def subgraph_inputs(nodes: List[Any]) -> Set[str]:
     """Names read inside the subgraphs of ``nodes`` (If/Loop/Scan bodies): outer-scope values."""
     from onnx import AttributeProto
 

@@ -57,10 +57,15 @@ class Lowering:
     """The state of one conversion: the TFLite graph being built and each ONNX tensor's TFLite
     tensor and layout."""
 
-    def __init__(self, prep: Prepared, io_layout: str = "onnx", fake_quant: bool = False):
+    def __init__(self, prep: Prepared, io_layout: str = "onnx", fake_quant: bool = False,
+                 root: Optional[TFLGraph] = None, name: str = "main"):
         self.p = prep
         self.fake_quant = fake_quant                     # Q/DQ as QUANTIZE/DEQUANTIZE, not identities
-        self.g = TFLGraph()
+        self.g = TFLGraph(name)
+        #: the model's main graph, which holds every subgraph (a Loop body's lowering adds its own there)
+        self.root = root if root is not None else self.g
+        #: int64 activations written int32 (a Loop body's counters and indices, as its constants are)
+        self.int32_indices = root is not None
         self.vals: Dict[str, Tuple[int, Perm]] = {}
         self._cache: Dict[Tuple[str, Perm], int] = {}
         self.qparams: Dict[str, Tuple[float, int]] = {}   # ONNX activation -> (scale, zero point)
@@ -87,6 +92,8 @@ class Lowering:
 
     def out(self, name: str, perm: Perm, dtype: Optional[str] = None) -> int:
         dt = dtype or self.p.dtypes.get(name, "float32")
+        if dt == "int64" and self.int32_indices:
+            dt = "int32"
         t = self.g.add_tensor(name, _stored(self.shape(name), perm), dt)
         self.vals[name] = (t, perm)
         self.tag(t, name, perm)
@@ -879,6 +886,133 @@ def _tile(lw: Lowering, node: Any) -> None:
     lw.op("TILE", [lw.get(x, perm), lw.ints([reps[a] for a in order], f"{node.name or node.output[0]}/reps")], [y])
 
 
+def _scalar_tensor(lw: Lowering, name: str) -> int:
+    """``name`` (one element) as a scalar TFLite tensor: RANGE and ONE_HOT read scalars."""
+    if lw.is_const(name):
+        return lw.g.const(f"{name}/scalar", lw.const(name).reshape(()))
+    if lw.shape(name) == ():
+        return lw.get(name, None)
+    src = lw.get(name, None)
+    t = lw.g.add_tensor(f"{name}/scalar", (), lw.g.tensors[src].dtype)
+    lw.op("RESHAPE", [src, lw.ints(np.zeros(0, np.int64), f"{name}/scalar_shape")], [t], "ReshapeOptions", newShape=[])
+    return t
+
+
+_COMPARE = {"Less": "LESS", "LessOrEqual": "LESS_EQUAL", "Greater": "GREATER", "GreaterOrEqual": "GREATER_EQUAL",
+            "Equal": "EQUAL", "And": "LOGICAL_AND", "Or": "LOGICAL_OR"}
+
+
+def _compare(lw: Lowering, node: Any) -> None:
+    """Comparisons and logical And/Or: the TFLite op of the same name (bool output)."""
+    a, b = node.input[0], node.input[1]
+    perm = lw.data_perm([a, b])
+    y = lw.out(node.output[0], perm, "bool")
+    lw.op(_COMPARE[node.op_type], [lw.get(a, perm), lw.get(b, perm)], [y])
+
+
+def _not(lw: Lowering, node: Any) -> None:
+    perm = lw.layout(node.input[0])
+    y = lw.out(node.output[0], perm, "bool")
+    lw.op("LOGICAL_NOT", [lw.get(node.input[0], perm)], [y])
+
+
+def _where(lw: Lowering, node: Any) -> None:
+    perm = lw.data_perm(list(node.input))
+    y = lw.out(node.output[0], perm)
+    lw.op("SELECT_V2", [lw.get(i, perm) for i in node.input], [y])
+
+
+def _arg_extreme(lw: Lowering, node: Any) -> None:
+    """ArgMax/ArgMin: ARG_MAX/ARG_MIN over the axis (int32 indices), RESHAPE back for keepdims."""
+    if int(_attr(node, "select_last_index", 0)):
+        raise lw.fail("select_last_index=1 (TFLite returns the first extreme)", "select_last_index")
+    x = node.input[0]
+    rank = len(lw.shape(x))
+    axis = int(_attr(node, "axis", 0)) % rank
+    base = node.name or node.output[0]
+    code, opts = ("ARG_MAX", "ArgMaxOptions") if node.op_type == "ArgMax" else ("ARG_MIN", "ArgMinOptions")
+    out_shape = lw.shape(node.output[0])
+    dt = "int32" if lw.int32_indices else "int64"
+    reduced = tuple(d for k, d in enumerate(lw.shape(x)) if k != axis)
+    if tuple(out_shape) == reduced:
+        y = lw.out(node.output[0], None, dt)
+    else:
+        y = lw.g.add_tensor(f"{base}/reduced", reduced, dt)
+    from .tflgraph import schema
+
+    lw.op(code, [lw.get(x, None), lw.ints(np.array([axis]), f"{base}/axis")], [y], opts,
+          outputType=getattr(schema().TensorType, dt.upper()))
+    if tuple(out_shape) != reduced:
+        z = lw.out(node.output[0], None, dt)
+        lw.op("RESHAPE", [y, lw.ints(out_shape, f"{base}/shape")], [z], "ReshapeOptions", newShape=list(out_shape))
+
+
+def _one_hot(lw: Lowering, node: Any) -> None:
+    """OneHot: ONE_HOT with ``values`` = [off, on] (a negative index gives all-off where ONNX counts
+    it from the end: the indices must be in [0, depth))."""
+    idx, depth, values = node.input
+    if not (lw.is_const(depth) and lw.is_const(values)):
+        raise lw.fail("depth/values that are not constant", "depth")
+    off, on = lw.const(values).reshape(-1)[:2]
+    base = node.name or node.output[0]
+    y = lw.out(node.output[0], None)
+    dt = lw.g.tensors[y].dtype
+    lw.op("ONE_HOT", [lw.get(idx, None), lw.ints(np.array(int(lw.const(depth).reshape(-1)[0])), f"{base}/depth"),
+                      lw.g.const(f"{base}/on", np.array(on), dt), lw.g.const(f"{base}/off", np.array(off), dt)],
+          [y], "OneHotOptions", axis=int(_attr(node, "axis", -1)))
+
+
+def _range(lw: Lowering, node: Any) -> None:
+    """Range with a start, limit or delta computed at run time (a Loop counter's): RANGE, whose
+    output length is set when it runs."""
+    y = lw.out(node.output[0], None)
+    lw.op("RANGE", [_scalar_tensor(lw, i) for i in node.input[:3]], [y])
+
+
+def _scatter_elements(lw: Lowering, node: Any) -> None:
+    """ScatterElements (reduction none) as a mask: ``hit[.., k, d, ..] = (indices[.., k, ..] == d)``
+    along the axis, the updates summed where they hit and ``data`` kept elsewhere (ONNX leaves
+    duplicate indices undefined). The indices must span data's other axes."""
+    if str(_attr(node, "reduction", "none")) != "none":
+        raise lw.fail("a reduction (add/mul/max/min)", "reduction")
+    data, idx, upd = node.input[:3]
+    shape, ishape = lw.shape(data), lw.shape(idx)
+    rank = len(shape)
+    axis = int(_attr(node, "axis", 0)) % rank
+    if any(ishape[k] != shape[k] for k in range(rank) if k != axis):
+        raise lw.fail(f"indices {list(ishape)} narrower than data {list(shape)} off the scatter axis", "axis")
+    base = node.name or node.output[0]
+    g = lw.g
+    it = lw.get(idx, None)
+    wrapped = g.add_tensor(f"{base}/indices", ishape, g.tensors[it].dtype)
+    lw.op("FLOOR_MOD", [it, g.const(f"{base}/dim", np.array(shape[axis]), g.tensors[it].dtype)], [wrapped])
+    spread = tuple(ishape[:axis + 1]) + (1,) + tuple(ishape[axis + 1:])
+    col = g.add_tensor(f"{base}/indices_col", spread, g.tensors[it].dtype)
+    lw.op("RESHAPE", [wrapped, lw.ints(spread, f"{base}/col_shape")], [col], "ReshapeOptions", newShape=list(spread))
+    positions = np.arange(shape[axis]).reshape((1,) * (axis + 1) + (shape[axis],) + (1,) * (rank - axis - 1))
+    mask_shape = tuple(ishape[:axis + 1]) + (shape[axis],) + tuple(ishape[axis + 1:])
+    mask = g.add_tensor(f"{base}/hit", mask_shape, "bool")
+    lw.op("EQUAL", [col, g.const(f"{base}/positions", positions, g.tensors[it].dtype)], [mask])
+    ut = lw.get(upd, None)
+    dt = g.tensors[ut].dtype
+    ucol = g.add_tensor(f"{base}/updates_col", spread, dt)
+    lw.op("RESHAPE", [ut, lw.ints(spread, f"{base}/col_shape2")], [ucol], "ReshapeOptions", newShape=list(spread))
+    placed = g.add_tensor(f"{base}/placed", mask_shape, dt)
+    lw.op("SELECT_V2", [mask, ucol, g.const(f"{base}/zero", np.zeros((), np.dtype(dt)), dt)], [placed])
+    summed = g.add_tensor(f"{base}/summed", shape, dt)
+    lw.op("SUM", [placed, lw.ints(np.array([axis]), f"{base}/axis")], [summed], "ReducerOptions", keepDims=False)
+    hit = g.add_tensor(f"{base}/written", shape, "bool")
+    lw.op("REDUCE_ANY", [mask, lw.ints(np.array([axis]), f"{base}/axis2")], [hit], "ReducerOptions", keepDims=False)
+    y = lw.out(node.output[0], None)
+    lw.op("SELECT_V2", [hit, summed, lw.get(data, None)], [y])
+
+
+def _loop(lw: Lowering, node: Any) -> None:
+    from .onnx_loop import lower_loop
+
+    lower_loop(lw, node)
+
+
 def _depth_space(lw: Lowering, node: Any) -> None:
     x = node.input[0]
     if node.op_type == "DepthToSpace" and _attr(node, "mode", "DCR") != "DCR":
@@ -1116,7 +1250,10 @@ HANDLERS: Dict[str, HandlerFn] = {
     "DepthToSpace": _depth_space, "SpaceToDepth": _depth_space, "BatchNormalization": _batchnorm,
     "QuantizeLinear": _qdq, "DequantizeLinear": _qdq, "LSTM": _lstm,
     "Gelu": _gelu, "LayerNormalization": _layer_norm,
+    "Not": _not, "Where": _where, "ArgMax": _arg_extreme, "ArgMin": _arg_extreme, "OneHot": _one_hot,
+    "Range": _range, "ScatterElements": _scatter_elements, "Loop": _loop,
 }
+HANDLERS.update({k: _compare for k in _COMPARE})
 HANDLERS.update({k: _reduce for k in _REDUCE})
 HANDLERS.update({k: _unary for k in _UNARY})
 

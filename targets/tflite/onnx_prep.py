@@ -110,7 +110,7 @@ def _zero_feed(proto: Any, inits: Set[str]) -> Dict[str, np.ndarray]:
 def _constant_nodes(nodes: Sequence[Any], consts: Set[str]) -> List[Any]:
     out = []
     for n in nodes:
-        if n.op_type in _NOT_FOLDABLE:
+        if n.op_type in _NOT_FOLDABLE or any(a.type in (5, 10) for a in n.attribute):   # a Loop: WHILE
             continue
         data = [i for i in n.input if i]
         if n.op_type == "Shape" or all(i in consts for i in data):
@@ -119,20 +119,34 @@ def _constant_nodes(nodes: Sequence[Any], consts: Set[str]) -> List[Any]:
     return out
 
 
+def _live(nodes: Sequence[Any], outputs: Sequence[str]) -> List[Any]:
+    """``nodes`` without those whose outputs nothing reads (a Slice kept only for its folded Shape)."""
+    from ...formats.onnx_fold import subgraph_inputs
+
+    need = set(outputs)
+    keep: List[Any] = []
+    for n in reversed(nodes):
+        if any(o in need for o in n.output if o):
+            keep.append(n)
+            need.update(i for i in n.input if i)
+            need.update(subgraph_inputs([n]))
+    return keep[::-1]
+
+
 def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Prepared:
     """Fold and annotate ``proto`` (not modified) for lowering; raises :class:`ConversionError`."""
     import onnx
     from onnx import numpy_helper
 
-    from ...formats.onnx_fold import fold_constants
+    from ...formats.onnx_fold import fold_constants, subgraph_inputs
 
     notes: List[str] = []
     work = onnx.ModelProto()
     work.CopyFrom(proto)
-    if any(len(n.attribute) and any(a.type in (5, 10) and a.name in ("then_branch", "else_branch", "body")
-                                    for a in n.attribute) for n in work.graph.node):
-        bad = next(n for n in work.graph.node if n.op_type in ("If", "Loop", "Scan"))
-        raise ConversionError(f"node '{bad.name}' ({bad.op_type}): control flow is not converted to TFLite")
+    bad = next((n for n in work.graph.node if n.op_type in ("If", "Scan")), None)
+    if bad is not None:     # a Loop becomes TFLite's WHILE (.onnx_loop)
+        raise ConversionError(f"node '{bad.name}' ({bad.op_type}): control flow other than Loop is not converted to "
+                              "TFLite", "an If decided by fixed inputs is removed by --input-value NAME=VALUE")
     _fix_inputs(work, input_shapes or {}, notes)
     work, _ = fold_constants(work)
     inits = {i.name for i in work.graph.initializer}
@@ -149,12 +163,12 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
             raise ConversionError(f"the model's constant subgraph does not evaluate in onnxruntime: {exc}") from exc
         consts.update(dict(zip(wanted, values)))
     folded_set = {id(n) for n in folded_nodes}
-    nodes = [n for n in work.graph.node if id(n) not in folded_set]
+    nodes = _live([n for n in work.graph.node if id(n) not in folded_set], graph_out)
     if any(o in consts for o in graph_out):
         c = next(o for o in graph_out if o in consts)
         raise ConversionError(f"graph output '{c}' is a constant: a TFLite graph output must be computed")
     # shapes: inference over the folded graph
-    used = {i for n in nodes for i in n.input if i}
+    used = {i for n in nodes for i in n.input if i} | subgraph_inputs(nodes)
     g = onnx.ModelProto(ir_version=work.ir_version)
     g.opset_import.extend(work.opset_import)
     g.graph.name = work.graph.name

@@ -71,14 +71,18 @@ class TFLOp:
 
 
 class TFLGraph:
-    """One subgraph: tensors, operators, inputs and outputs (tensor indices)."""
+    """One subgraph: tensors, operators, inputs and outputs (tensor indices). The main graph also
+    holds the other subgraphs of the model (``subgraphs``: a WHILE's condition and body), written
+    after it: ``subgraphs[k]`` is the model's subgraph ``k + 1``."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "main") -> None:
+        self.name = name
         self.tensors: List[TFLTensor] = []
         self.ops: List[TFLOp] = []
         self.inputs: List[int] = []
         self.outputs: List[int] = []
         self._names: Dict[str, int] = {}
+        self.subgraphs: List["TFLGraph"] = []
 
     def unique(self, name: str) -> str:
         if name not in self._names:
@@ -92,7 +96,7 @@ class TFLGraph:
                    data: Optional[np.ndarray] = None, quant: Optional[Quant] = None) -> int:
         name = self.unique(name)
         if data is not None:
-            data = np.ascontiguousarray(np.asarray(data, dtype=np.dtype(dtype)))
+            data = np.array(data, dtype=np.dtype(dtype), order="C")    # a 0-d value stays a scalar
             shape = data.shape
         self.tensors.append(TFLTensor(name, tuple(int(d) for d in shape), dtype, data, quant))
         self._names[name] = len(self.tensors) - 1
@@ -160,23 +164,12 @@ def _aligned_buffer_type(fb: Any) -> Any:
     return AlignedBuffer
 
 
-def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None,
-                     description: str = "edgesdk", signature: Optional[str] = None) -> bytes:
-    """The ``.tflite`` bytes of ``g`` (schema version 3) with ``metadata`` entries and, when
-    ``signature`` names one, a SignatureDef over the graph's inputs/outputs (LiteRT lists a
-    signature's outputs sorted by name, not in the graph's order, so none by default)."""
-    import flatbuffers
-
-    fb = schema()
-    Buf = _aligned_buffer_type(fb)
-    model = fb.ModelT()
-    model.version = 3
-    model.description = description
-    buffers: List[Any] = [Buf()]
-    codes: Dict[str, int] = {}
-    model.operatorCodes = []
+def _subgraph(fb: Any, Buf: Any, g: TFLGraph, buffers: List[Any], codes: Dict[str, int], operator_codes: List[Any],
+              versions: Mapping[str, int]) -> Any:
+    """One ``SubGraphT`` of ``g``; its constants appended to ``buffers``, new operator codes to
+    ``operator_codes`` (``codes``: their index by key)."""
     sub = fb.SubGraphT()
-    sub.name = "main"
+    sub.name = g.name
     sub.tensors = []
     for t in g.tensors:
         tt = fb.TensorT()
@@ -200,9 +193,6 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
             q.quantizedDimension = int(t.quant.axis)
             tt.quantization = q
         sub.tensors.append(tt)
-    from .opversion import MIN_RUNTIME_VERSION_KEY, code_versions, min_runtime_version, runtime_version_bytes
-
-    versions = code_versions(g)
     sub.operators = []
     for op in g.ops:
         key = op.code if op.custom_code is None else f"CUSTOM:{op.custom_code}"
@@ -214,8 +204,8 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
             oc.version = 1 if op.custom_code is not None else versions.get(op.code, 1)
             if op.custom_code is not None:
                 oc.customCode = op.custom_code
-            codes[key] = len(model.operatorCodes)
-            model.operatorCodes.append(oc)
+            codes[key] = len(operator_codes)
+            operator_codes.append(oc)
         o = fb.OperatorT()
         o.opcodeIndex = codes[key]
         if op.custom_options is not None:
@@ -234,7 +224,32 @@ def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None
         sub.operators.append(o)
     sub.inputs = np.array(g.inputs, np.int32)
     sub.outputs = np.array(g.outputs, np.int32)
-    model.subgraphs = [sub]
+    return sub
+
+
+def write_flatbuffer(g: TFLGraph, metadata: Optional[Mapping[str, bytes]] = None,
+                     description: str = "edgesdk", signature: Optional[str] = None) -> bytes:
+    """The ``.tflite`` bytes of ``g`` (schema version 3) with ``metadata`` entries and, when
+    ``signature`` names one, a SignatureDef over the graph's inputs/outputs (LiteRT lists a
+    signature's outputs sorted by name, not in the graph's order, so none by default)."""
+    import flatbuffers
+
+    fb = schema()
+    Buf = _aligned_buffer_type(fb)
+    model = fb.ModelT()
+    model.version = 3
+    model.description = description
+    buffers: List[Any] = [Buf()]
+    codes: Dict[str, int] = {}
+    model.operatorCodes = []
+    from .opversion import MIN_RUNTIME_VERSION_KEY, code_versions, min_runtime_version, runtime_version_bytes
+
+    graphs = [g] + list(g.subgraphs)
+    versions: Dict[str, int] = {}
+    for sg in graphs:
+        for code, v in code_versions(sg).items():
+            versions[code] = max(versions.get(code, 1), v)
+    model.subgraphs = [_subgraph(fb, Buf, sg, buffers, codes, model.operatorCodes, versions) for sg in graphs]
     model.signatureDefs = []
     if signature:
         sig = fb.SignatureDefT()
