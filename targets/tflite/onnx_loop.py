@@ -140,30 +140,7 @@ def lower_loop(lw: Any, node: Any) -> None:
     root = lw.root
     root.subgraphs.append(bg)
     body_index = len(root.subgraphs)
-    # the condition: cond, and iteration < M when the trip count is given
-    cg = type(bg)(f"{base}/cond")
-    cg.inputs = [cg.add_tensor(f"{bg.tensors[t].name}", bg.tensors[t].shape, bg.tensors[t].dtype) for t in bg.inputs]
-    cond_in = cg.inputs[1]
-    flat = cg.add_tensor(f"{base}/cond_scalar", (), "bool")
-    cg.add_op("RESHAPE", [cond_in, cg.const(f"{base}/scalar_shape", np.zeros(0, np.int32), "int32")], [flat],
-              "ReshapeOptions", source=node.name, newShape=[])
-    if trip is not None or trip_tensor is not None:
-        it_flat = cg.add_tensor(f"{base}/iteration_scalar", (), it_dtype)
-        cg.add_op("RESHAPE", [cg.inputs[0], cg.const(f"{base}/scalar_shape2", np.zeros(0, np.int32), "int32")],
-                  [it_flat], "ReshapeOptions", source=node.name, newShape=[])
-        if trip is not None:
-            bound = cg.const(f"{base}/trip_count", np.array(trip), it_dtype)
-        else:
-            bound = cg.add_tensor(f"{base}/trip_count", (), it_dtype)   # the last variable, int32 as the counter
-            cg.add_op("RESHAPE", [cg.inputs[-1], cg.const(f"{base}/scalar_shape3", np.zeros(0, np.int32), "int32")],
-                      [bound], "ReshapeOptions", source=node.name, newShape=[])
-        below = cg.add_tensor(f"{base}/below_trip_count", (), "bool")
-        cg.add_op("LESS", [it_flat, bound], [below], source=node.name)
-        both = cg.add_tensor(f"{base}/continue", (), "bool")
-        cg.add_op("LOGICAL_AND", [flat, below], [both], source=node.name)
-        flat = both
-    cg.outputs = [flat]
-    root.subgraphs.append(cg)
+    root.subgraphs.append(_condition(bg, base, node.name, trip, trip_tensor is not None))
     cond_index = len(root.subgraphs)
     # the WHILE in the outer graph
     it_shape = bg.tensors[it_in].shape
@@ -189,6 +166,34 @@ def lower_loop(lw: Any, node: Any) -> None:
     for k, init in passthrough_const.items():
         if node.output[k]:
             lw.alias(node.output[k], init)
+
+
+def _scalar(g: Any, t: int, name: str, source: str) -> int:
+    """A RESHAPE of the one-element tensor ``t`` to a scalar (LESS and WHILE's result want one)."""
+    out = g.add_tensor(name, (), g.tensors[t].dtype)
+    g.add_op("RESHAPE", [t, g.const(f"{name}/shape", np.zeros(0, np.int32), "int32")], [out], "ReshapeOptions",
+             source=source, newShape=[])
+    return out
+
+
+def _condition(bg: Any, base: str, source: str, trip: Optional[int], trip_is_last: bool) -> Any:
+    """The WHILE's condition subgraph over the body's inputs: ``cond``, and ``iteration < M`` when
+    the trip count is the constant ``trip`` or the last loop variable (``trip_is_last``)."""
+    cg = type(bg)(f"{base}/cond")
+    cg.inputs = [cg.add_tensor(bg.tensors[t].name, bg.tensors[t].shape, bg.tensors[t].dtype) for t in bg.inputs]
+    go = _scalar(cg, cg.inputs[1], f"{base}/cond_scalar", source)
+    if trip is not None or trip_is_last:
+        it_dtype = cg.tensors[cg.inputs[0]].dtype
+        it = _scalar(cg, cg.inputs[0], f"{base}/iteration_scalar", source)
+        bound = cg.const(f"{base}/trip_count", np.array(trip), it_dtype) if trip is not None else \
+            _scalar(cg, cg.inputs[-1], f"{base}/trip_count", source)   # int32, as the body's counter
+        below = cg.add_tensor(f"{base}/below_trip_count", (), "bool")
+        cg.add_op("LESS", [it, bound], [below], source=source)
+        both = cg.add_tensor(f"{base}/continue", (), "bool")
+        cg.add_op("LOGICAL_AND", [go, below], [both], source=source)
+        go = both
+    cg.outputs = [go]
+    return cg
 
 
 def _as_dtype(lw: Any, name: str, dtype: str) -> int:
