@@ -3,6 +3,7 @@ fallback on boards without CUDA).
 
 - Preprocessing: :func:`preprocess_reference` (plain NumPy) and :func:`preprocess_opencv` (the fast
   OpenCV path of :func:`sdk.preprocess.preprocess`); both follow a :class:`~sdk.preprocess.PreprocessSpec`.
+- Anchor-free heads (PicoDet/GFL): :func:`dfl_decode`, the boxes and class scores of the raw heads.
 - Detection post-processing: :func:`yolo_postprocess` for YOLO-style outputs ``[N, 4+1+C]`` (with
   objectness) or ``[N, 4+C]``, optionally transposed (``[4+C, N]``, YOLOv8's layout): score
   threshold, box decode, class-aware greedy NMS, top-k cap. Float32 throughout, the same operation
@@ -13,7 +14,7 @@ Runs on the board too: Python 3.8, NumPy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -111,6 +112,27 @@ def decode_candidates(pred: np.ndarray, spec: PostprocessSpec):
     hw, hh = r[:, 2] * half, r[:, 3] * half
     boxes = np.stack([r[:, 0] - hw, r[:, 1] - hh, r[:, 0] + hw, r[:, 1] + hh], axis=1).astype(np.float32)
     return idx, scores[order].astype(np.float32), best_c[idx], boxes
+
+
+def dfl_decode(score_heads: Sequence[np.ndarray], distance_heads: Sequence[np.ndarray],
+               levels: Sequence[Sequence[int]]) -> Tuple[np.ndarray, np.ndarray]:
+    """Boxes ``[A, 4]`` (x1, y1, x2, y2 in input pixels) and class scores ``[A, C]`` of an anchor-free
+    detector's raw heads (GFL, PicoDet), first image of the batch: per level a score head ``[N, A, C]``
+    and a DFL distance head ``[N, A, 4R]`` (R bins per side); ``levels`` per level ``(grid height,
+    grid width, stride px)``, anchor centres at ``(i + 0.5) * stride``, each side the bins' softmax
+    expectation x stride. Scores and expectations in float32, as the model computes them."""
+    all_boxes, all_scores = [], []
+    for (fh, fw, stride), score, dist in zip(levels, score_heads, distance_heads):
+        score, dist = np.asarray(score, np.float32)[0], np.asarray(dist, np.float32)[0]
+        ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
+        cy, cx = (hh.ravel() + 0.5) * stride, (ww.ravel() + 0.5) * stride
+        reg = dist.shape[-1] // 4
+        d = dist.reshape(-1, reg)
+        d = np.exp(d - d.max(1, keepdims=True))
+        d = ((d / d.sum(1, keepdims=True)) @ np.arange(reg, dtype=np.float32)).reshape(-1, 4) * stride
+        all_boxes.append(np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1))
+        all_scores.append(score)
+    return np.concatenate(all_boxes), np.concatenate(all_scores)
 
 
 def box_iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:

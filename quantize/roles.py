@@ -434,8 +434,9 @@ class Scores(Detections):
 class DetectionHeads(Role):
     """An anchor-free detector's raw heads (GFL, PicoDet): per level a score head ``[N, A, C]`` and a
     distance head ``[N, A, 4R]`` (R bins per side), the level's anchors a ``ceil(H/s) x ceil(W/s)``
-    grid of the input image at stride s. Decoded as the detector's post-processing does: the bins'
-    softmax expectation x stride around each anchor centre, the best class, class-wise NMS.
+    grid of the input image at stride s. Decoded as the detector's post-processing does
+    (:func:`sdk.corpus.tasks.decode_dfl_heads`, the corpus task's decoder): the bins' softmax
+    expectation x stride around each anchor centre, the best class, class-wise NMS.
     ``params``: ``levels`` (per level ``[grid height, grid width, stride]``, score heads first in
     :attr:`outputs`, then the distance heads)."""
 
@@ -453,24 +454,10 @@ class DetectionHeads(Role):
                              "let the quantizer recognise the heads, or judge the outputs one by one")
 
     def _dets(self, heads: Sequence[np.ndarray], conf: float) -> np.ndarray:
-        from ..corpus.tasks import _classwise_nms
+        from ..corpus.tasks import decode_dfl_heads
 
         levels = self.params["levels"]
-        boxes, scores = [], []
-        for (fh, fw, stride), score, dist in zip(levels, heads[:len(levels)], heads[len(levels):]):
-            ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
-            cx, cy = (ww.ravel() + 0.5) * stride, (hh.ravel() + 0.5) * stride
-            d = _f64(dist)[0]
-            d = d.reshape(-1, d.shape[-1] // 4)
-            d = np.exp(d - d.max(1, keepdims=True))
-            d = ((d / d.sum(1, keepdims=True)) @ np.arange(d.shape[1])).reshape(-1, 4) * stride
-            boxes.append(np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1))
-            scores.append(_f64(score)[0])
-        box, sc = np.concatenate(boxes), np.concatenate(scores)
-        cls = sc.argmax(1)
-        best = sc[np.arange(len(cls)), cls]
-        m = best >= conf
-        return _classwise_nms(box[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
+        return decode_dfl_heads(heads[:len(levels)], heads[len(levels):], levels, conf, self.IOU)
 
     def score(self, reference: Sequence[Any], candidate: Sequence[Any]) -> float:
         n, score_of = self.resampler(reference, candidate)

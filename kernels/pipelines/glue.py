@@ -521,20 +521,14 @@ class PicoDetBoxes(_BoxesStep):
         if k != len(self.strides):
             raise InputError("picodet_boxes: %d outputs for %d strides" % (len(outputs), len(self.strides)),
                              "set strides to the model's heads")
+        from ..reference import dfl_decode
+
         height, width = input_hw
-        parts = []
-        for stride, score, dist in zip(self.strides, outputs[:k], outputs[k:]):
-            score, dist = np.asarray(score, np.float32)[0], np.asarray(dist, np.float32)[0]
-            fh, fw = int(math.ceil(height / stride)), int(math.ceil(width / stride))
-            ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
-            cy, cx = (hh.ravel() + 0.5) * stride, (ww.ravel() + 0.5) * stride
-            reg = dist.shape[-1] // 4
-            d = dist.reshape(-1, reg)
-            d = np.exp(d - d.max(1, keepdims=True))
-            d = ((d / d.sum(1, keepdims=True)) @ np.arange(reg, dtype=np.float32)).reshape(-1, 4) * stride
-            x1, y1, x2, y2 = cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]
-            parts.append(np.concatenate([np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], 1), score], 1))
-        return np.concatenate(parts).astype(np.float32)
+        levels = [(int(math.ceil(height / s)), int(math.ceil(width / s)), s) for s in self.strides]
+        boxes, scores = dfl_decode(outputs[:k], outputs[k:], levels)
+        x1, y1, x2, y2 = boxes.T
+        return np.concatenate([np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], 1), scores], 1) \
+            .astype(np.float32)
 
     def __call__(self, frame: Frame) -> None:
         spec = frame.geometry.get("spec") if frame.geometry else None

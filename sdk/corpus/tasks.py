@@ -12,6 +12,7 @@ segmentation — mask IoU at 0.5; landmarks — share of points within 2% of the
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -20,7 +21,8 @@ from ..metrics import edit_distance, one_minus_error_rate
 from . import CorpusError, CorpusModel
 from . import images as im
 
-__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "box_f1", "box_map", "edit_distance"]
+__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "decode_dfl_heads", "box_f1", "box_map",
+           "edit_distance"]
 
 Feed = Dict[str, np.ndarray]
 Outputs = Sequence[np.ndarray]
@@ -95,6 +97,22 @@ def _classwise_nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, i
     offset = classes[:, None].astype(np.float64) * (float(np.abs(boxes).max()) + 1.0)
     keep = nms(boxes + offset, scores, iou)
     return np.concatenate([boxes[keep], scores[keep, None], classes[keep, None]], 1).astype(np.float32)
+
+
+def decode_dfl_heads(scores: Sequence[np.ndarray], distances: Sequence[np.ndarray],
+                     levels: Sequence[Sequence[int]], conf: float, iou: float) -> np.ndarray:
+    """Detections ``[x1, y1, x2, y2, score, class]`` in input pixels of an anchor-free detector's raw
+    heads (:func:`sdk.kernels.reference.dfl_decode`, the pipelines' decoder too): each anchor keeps
+    its best class where its score > ``conf``; class-wise NMS at ``iou``."""
+    # a strict ``>`` as PaddleDetection's PicoDetPostProcess (``probs > score_threshold``) and
+    # RapidLayout's post-processing; the corpus figures used this
+    from ..kernels.reference import dfl_decode
+
+    boxes, per_class = dfl_decode(scores, distances, levels)
+    cls = per_class.argmax(1)
+    best = per_class[np.arange(len(cls)), cls]
+    m = best > conf
+    return _classwise_nms(boxes[m], best[m], cls[m], iou)
 
 
 def _match(ref: np.ndarray, cand: np.ndarray, iou: float) -> Tuple[np.ndarray, np.ndarray]:
@@ -266,24 +284,8 @@ class PicoDetDetect(_Detector):
 
     def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
         k = len(outputs) // 2
-        all_boxes, all_scores = [], []
-        for stride, score, dist in zip(self.strides, outputs[:k], outputs[k:]):
-            score, dist = np.asarray(score, np.float32)[0], np.asarray(dist, np.float32)[0]
-            fh, fw = int(np.ceil(self.height / stride)), int(np.ceil(self.width / stride))
-            ww, hh = np.meshgrid(np.arange(fw), np.arange(fh))
-            cy, cx = (hh.ravel() + 0.5) * stride, (ww.ravel() + 0.5) * stride
-            reg = dist.shape[-1] // 4
-            d = dist.reshape(-1, reg)
-            d = np.exp(d - d.max(1, keepdims=True))
-            d = (d / d.sum(1, keepdims=True)) @ np.arange(reg, dtype=np.float32)
-            d = d.reshape(-1, 4) * stride
-            all_boxes.append(np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1))
-            all_scores.append(score)
-        boxes, scores = np.concatenate(all_boxes), np.concatenate(all_scores)
-        cls = scores.argmax(1)
-        best = scores[np.arange(len(cls)), cls]
-        m = best > (self.conf if conf is None else conf)
-        return _classwise_nms(boxes[m], best[m], cls[m], self.iou)
+        levels = [(math.ceil(self.height / s), math.ceil(self.width / s), s) for s in self.strides]
+        return decode_dfl_heads(outputs[:k], outputs[k:], levels, self.conf if conf is None else conf, self.iou)
 
 
 @register_task("orientation-classify")

@@ -69,7 +69,32 @@ def test_box_map():
     assert tasks.box_map([empty], [empty]) == 1.0 and tasks.box_map([empty], [ref[0]]) == 0.0
 
 
-def test_edit_distance():
+def test_picodet_task_and_heads_role_decode_the_same_boxes():
+    """One DFL decoder (:func:`tasks.decode_dfl_heads`) for the corpus task and the quantizer's ``heads``
+    role: on two strides' heads, a score exactly at the threshold is dropped by both (strict ``>``),
+    one a float32 step above is kept, and the boxes are the bins' expectation x stride around the centres."""
+    from sdk.quantize.roles import DetectionHeads
+
+    levels, classes, bins = [[8, 6, 8], [4, 3, 16]], 3, 8
+    heads = [np.full((1, fh * fw, classes), 0.01, np.float32) for fh, fw, _ in levels]
+    heads += [np.zeros((1, fh * fw, 4 * bins), np.float32) for fh, fw, _ in levels]
+    role = DetectionHeads(outputs=[f"h{i}" for i in range(4)], levels=levels)
+    at = np.float32(role.CONF)
+
+    def hot(level, anchor, cls, score, sides):
+        heads[level][0, anchor, cls] = score
+        heads[2 + level][0, anchor] = -20.0
+        for side, side_bins in enumerate(sides):
+            heads[2 + level][0, anchor, side * bins + np.asarray(side_bins)] = 20.0
+
+    hot(0, 7, 1, 0.9, [[1], [1], [1], [1]])                      # stride 8, centre (12, 12)
+    hot(0, 40, 0, at, [[1], [1], [1], [1]])                      # at the threshold: no box
+    hot(1, 10, 2, np.nextafter(at, np.float32(1)), [[1, 2], [1], [2], [1]])   # stride 16, centre (24, 56)
+    task = tasks.PicoDetDetect()
+    task.height, task.width, task.strides = 64, 48, (8, 16)
+    got_task, got_role = task.decode(heads, conf=role.CONF), role._dets(heads, role.CONF)
+    want = [[4, 4, 20, 20, 0.9, 1], [0, 40, 56, 72, np.nextafter(at, np.float32(1)), 2]]
+    assert np.allclose(got_task, want, atol=1e-4) and np.array_equal(got_task, got_role)
     assert tasks.edit_distance([1, 2, 3], [1, 3]) == 1
     assert tasks.edit_distance([], [4, 5]) == 2
     assert tasks.edit_distance([1, 2], [2, 1]) == 2
