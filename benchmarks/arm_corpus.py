@@ -11,7 +11,8 @@ With ``--int8``: each model quantized on the host with no flags beyond its input
 on ``--samples`` unseen samples (a detector: as many as hold 30 FP32 boxes) (``--budget task``: the task metric as the budget, on ``--eval-samples``
 held-out samples, 16 by default): the corpus task metric of the board's outputs and of the host's INT8
 outputs vs the host's FP32, and the least cosine of board vs host INT8 (ARM's int8 kernels vs x86's).
-A model that is already INT8 (smart-turn-v3) runs as it is.
+A model that is already INT8 (smart-turn-v3) runs as it is (``--tflite``: converted at its own Q/DQ scales,
+``sdk convert qdq.onnx --int8``).
 
 With ``--tflite``: the converter's float ``.tflite`` validated on the board against the ONNX FP32 (a model
 with fixed input values: against the model specialized for them, ``sdk convert -o flat.onnx --input-value``), and
@@ -216,9 +217,16 @@ def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onn
                    int8_layers=rep["layers"]["quantized"], layers=rep["layers"]["quantizable"],
                    failures=[f[:120] for f in res.failures])
     except EdgeSDKError as exc:
-        if "already quantized" not in str(exc) or suffix != ".onnx":
+        if "already quantized" not in str(exc):
             return {"error": str(exc).splitlines()[0][:200]}
-        q, row["already_int8"] = src, True
+        row["already_int8"] = True
+        if suffix == ".onnx":
+            q = src
+        else:   # a QDQ model's own scales: sdk convert qdq.onnx --int8 -o m.tflite (no calibration)
+            from sdk.targets.convert import ConvertOptions, convert
+
+            done = convert(src, q, ConvertOptions(int8=True, input_shapes=dict(cm.input_shapes)))
+            row.update(converted_s=round(done.seconds, 1), ops=done.details.get("ops"))
     feeds, fp32 = _unseen(name, src, samples)
     row["unseen_samples"] = len(feeds)
     board_outs, host_outs = [], []
