@@ -28,7 +28,9 @@ def read_tflite(data: bytes) -> Tuple[TFLGraph, Dict[str, Any]]:
     fb = schema()
     m = fb.ModelT.InitFromObj(fb.Model.GetRootAs(data, 0))
     if not m.subgraphs or len(m.subgraphs) != 1:
-        raise ModelFormatError(f"the model has {len(m.subgraphs or [])} subgraphs; only single-graph models quantize")
+        raise ModelFormatError(f"the model has {len(m.subgraphs or [])} subgraphs (control flow such as WHILE); "
+                               "only single-graph .tflite models quantize",
+                               "quantize its ONNX source instead: sdk quantize model.onnx --target tflite -o m.tflite")
     ops_names, opt_names, types = _names(fb.BuiltinOperator), _names(fb.BuiltinOptions), _names(fb.TensorType)
     sub = m.subgraphs[0]
     g = TFLGraph()

@@ -189,3 +189,18 @@ def test_scatter_elements_reduction_is_refused(tmp_path):
     m.opset_import[0].version = 16
     with pytest.raises(ConversionError, match=r"node 'scatter_add' \(ScatterElements\), attribute reduction"):
         onnx_to_tflite_bytes(m)
+
+
+def test_a_tflite_with_a_while_does_not_quantize_as_a_source_and_says_what_to_do(tmp_path, capsys):
+    path = cf.loop_model(tmp_path / "loop.onnx", trips=3)
+    tfl = tmp_path / "loop.tflite"
+    tfl.write_bytes(onnx_to_tflite_bytes(onnx.load(str(path)))["data"])
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(4):
+        np.savez(calib / f"{i}.npz", x=np.full((1, 4), i, np.float32))
+    out = tmp_path / "q.tflite"
+    rc, _, err = run_cli(["quantize", str(tfl), "--calib", str(calib), "-o", str(out)], capsys)
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert rc == 2 and len(lines) == 1 and "3 subgraphs" in lines[0] and "model.onnx --target tflite" in lines[0], err
+    assert not out.exists()
