@@ -72,6 +72,9 @@ def inspect_cmd(
         for op, n in info["ops"].items():
             t.add_row(op, str(n))
         c.print(t)
+    for name, ops in (info.get("subgraph_ops") or {}).items():
+        c.print(f"subgraph '{name}': {sum(ops.values())} ops ("
+                + ", ".join(f"{op} {n}" for op, n in ops.items()) + ")", markup=False)
     for r in readiness:
         _print_readiness(c, r)
     if json_path:

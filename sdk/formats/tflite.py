@@ -362,6 +362,9 @@ class TFLiteFormat(ModelFormat):
         ops = Counter(op["op_name"] for op in ops_details)
         macs, unknown = _macs(ops_details, tensors)
         sigs = interp.get_signature_list()
+        others = _other_subgraph_ops(bytes(model.proto)) if getattr(interp, "num_subgraphs", lambda: 1)() > 1 else {}
+        notes = [f"{sum(sum(c.values()) for c in others.values())} op(s) in {len(others)} other subgraph(s) "
+                 "(WHILE / IF bodies) not counted"] if others else []
         return {
             "inputs": [s.to_dict() for s in self.inputs(model)],
             "outputs": [s.to_dict() for s in self.outputs(model)],
@@ -375,12 +378,34 @@ class TFLiteFormat(ModelFormat):
             "param_bytes": int(param_bytes),
             "macs": macs,
             "macs_unknown_nodes": unknown,
-            "macs_partial": bool(unknown),
+            "macs_partial": bool(unknown or others),
+            "macs_notes": notes,
+            "subgraph_ops": others,
             "params_in_constants": 0,
             "quantized": any(_np_dtype(tensors[i]["dtype"]) in ("int8", "uint8", "int16")
                              for i in const if i in tensors),
             "tensors": [_tensor_dict(t) for _, t in sorted(tensors.items())],
         }
+
+
+def _other_subgraph_ops(data: bytes) -> Dict[str, Dict[str, int]]:
+    """Op histogram of each subgraph after the primary one (control-flow bodies), by subgraph name,
+    read from the flatbuffer ({} where the runtime ships no schema bindings)."""
+    try:
+        from ai_edge_litert import schema_py_generated as fb
+    except ImportError:
+        return {}
+    names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+    m = fb.Model.GetRootAs(data, 0)
+    out: Dict[str, Dict[str, int]] = {}
+    for i in range(1, m.SubgraphsLength()):
+        sg = m.Subgraphs(i)
+        ops: "Counter[str]" = Counter()
+        for j in range(sg.OperatorsLength()):
+            oc = m.OperatorCodes(sg.Operators(j).OpcodeIndex())
+            ops[names.get(max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode()), "?")] += 1
+        out[(sg.Name() or b"").decode() or f"subgraph {i}"] = dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])))
+    return out
 
 
 def _constant_tensors(ops_details: Sequence[Dict[str, Any]], graph_inputs: Set[int]) -> Set[int]:

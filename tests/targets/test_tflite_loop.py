@@ -204,3 +204,18 @@ def test_a_tflite_with_a_while_does_not_quantize_as_a_source_and_says_what_to_do
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert rc == 2 and len(lines) == 1 and "3 subgraphs" in lines[0] and "model.onnx --target tflite" in lines[0], err
     assert not out.exists()
+
+
+def test_inspect_lists_the_ops_of_the_loop_subgraphs(tmp_path, capsys):
+    from sdk.model import Model
+
+    path = cf.decoder_loop_model(tmp_path / "decoder.onnx")
+    tfl = tmp_path / "decoder.tflite"
+    tfl.write_bytes(onnx_to_tflite_bytes(onnx.load(str(path)))["data"])
+    info = Model.load(tfl).inspect()
+    assert info["subgraphs"] == 3 and info["ops"] == {"FULLY_CONNECTED": 1, "WHILE": 1}
+    body = info["subgraph_ops"]["decoder/body"]
+    assert body["ONE_HOT"] == 1 and body["RANGE"] == 1 and info["subgraph_ops"]["decoder/cond"] == {"RESHAPE": 1}
+    assert info["macs_partial"] and "not counted" in info["macs_notes"][0]
+    rc, out, _ = run_cli(["inspect", str(tfl)], capsys)
+    assert rc == 0 and "subgraph 'decoder/body':" in out and "control flow not counted" in out
