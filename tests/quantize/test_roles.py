@@ -87,6 +87,57 @@ def test_mask_log_embedding_and_classes_roles():
     assert get_role("classes").score([logits], [logits[:, ::-1]]) < 0.5
 
 
+def _text_map(bridged: bool = False, edge: float = 0.0) -> np.ndarray:
+    """A DB-style text map ``[1, 1, 40, 120]``: two text lines of 20 x 50 and 20 x 60 px, 6 px apart,
+    joined by a 1-px bridge (``bridged``), their right edges grown by ``edge`` columns."""
+    m = np.zeros((1, 1, 40, 120), np.float32)
+    m[0, 0, 10:30, 2:52 + int(edge)] = 0.9
+    m[0, 0, 10:30, 58:118] = 0.9
+    if bridged:
+        m[0, 0, 20, 52:58] = 0.9
+    return m
+
+
+def test_mask_role_reads_regions_as_a_text_detector_does():
+    """Pooled IoU barely moves when two text lines merge (2 boxes become 1: region F1 0), and the
+    role fails; lines that only grow a column keep their boxes and hold."""
+    mask = get_role("mask", threshold=0.5, regions=True)
+    ref = [_text_map(), _text_map()]
+    merged = [_text_map(bridged=True), _text_map()]
+    iou = (2 * 20 * 110) / (2 * 20 * 110 + 6)
+    # 3 of 4 reference boxes matched (the merged box still overlaps the longer line at IoU 0.52), 3 found
+    assert iou > 0.99 and mask.score(ref, merged) == pytest.approx(2 * 3 / 7) and 2 * 3 / 7 < mask.min_score
+    assert mask.score(ref, [_text_map(edge=1), _text_map(edge=1)]) >= mask.min_score
+    assert get_role("mask").score(ref, merged) > 0.99           # a segment's mask: IoU alone
+
+
+def test_a_map_of_text_lines_is_read_by_regions_a_segment_by_iou():
+    """Role inference: many small regions per map (text lines) -> regions; one large segment with
+    specks around it (a person) -> IoU only (their count means nothing to its reader)."""
+    lines = np.zeros((1, 1, 200, 200), np.float32)
+    for k in range(6):
+        lines[0, 0, 10 + 30 * k:25 + 30 * k, 20:90] = 0.9
+    person = np.zeros((1, 1, 200, 200), np.float32)
+    person[0, 0, 40:200, 60:140] = 0.95
+    person[0, 0, 5:7, 5:7] = person[0, 0, 10:12, 180:182] = person[0, 0, 20:23, 30:33] = 0.8   # specks
+    for x, regions in ((lines, True), (person, False)):
+        (role,) = infer_roles(["m"], [{"m": x}, {"m": x}]).values()
+        assert role.name == "mask" and role.params["regions"] is regions
+
+
+def test_region_boxes_are_opencvs_connected_components():
+    cv2 = pytest.importorskip("cv2")   # opencv-python-headless: installed with the corpus extra by .ci/run
+    from sdk.quantize.roles import region_boxes
+
+    rng = np.random.default_rng(5)
+    for _ in range(25):
+        m = rng.random(tuple(int(v) for v in rng.integers(2, 60, 2))) < rng.uniform(0.2, 0.6)
+        count, _, stats, _ = cv2.connectedComponentsWithStats(m.astype(np.uint8), 8)
+        want = sorted((x, y, x + w, y + h) for x, y, w, h in stats[1:, :4].tolist())
+        assert sorted(map(tuple, region_boxes(m).tolist())) == want
+    assert region_boxes(np.zeros((4, 4), bool)).shape == (0, 4)
+
+
 def _one_hot_sequence(classes, n_classes=6, layout="TNC"):
     x = np.full((len(classes), n_classes), -5.0, np.float32)
     x[np.arange(len(classes)), classes] = 5.0
