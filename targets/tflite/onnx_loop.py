@@ -180,7 +180,9 @@ def _condition(bg: Any, base: str, source: str, trip: Optional[int], trip_is_las
     """The WHILE's condition subgraph over the body's inputs: ``cond``, and ``iteration < M`` when
     the trip count is the constant ``trip`` or the last loop variable (``trip_is_last``)."""
     cg = type(bg)(f"{base}/cond")
-    cg.inputs = [cg.add_tensor(bg.tensors[t].name, bg.tensors[t].shape, bg.tensors[t].dtype) for t in bg.inputs]
+    # names unique across the file (ai-edge-quantizer keys tensors by name over every subgraph)
+    cg.inputs = [cg.add_tensor(f"{base}/cond/{bg.tensors[t].name}", bg.tensors[t].shape, bg.tensors[t].dtype)
+                 for t in bg.inputs]
     go = _scalar(cg, cg.inputs[1], f"{base}/cond_scalar", source)
     if trip is not None or trip_is_last:
         it_dtype = cg.tensors[cg.inputs[0]].dtype

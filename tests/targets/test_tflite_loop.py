@@ -96,6 +96,8 @@ def test_decoder_loop_as_paddle2onnx_writes_it(tmp_path):
     from ai_edge_litert import schema_py_generated as fb
 
     m = fb.ModelT.InitFromPackedBuf(res["data"], 0)
+    names = [t.name for sg in m.subgraphs for t in sg.tensors]
+    assert len(names) == len(set(names))   # unique over the file: ai-edge-quantizer keys tensors by name
     # WHILE carries (iteration, cond, h, i, buf): the [4, 4] weight and the row limit are constants
     (wh,) = [op for op in m.subgraphs[0].operators if op.opcodeIndex == next(
         k for k, c in enumerate(m.operatorCodes) if c.builtinCode == fb.BuiltinOperator.WHILE)]
