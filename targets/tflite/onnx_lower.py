@@ -886,16 +886,22 @@ def _tile(lw: Lowering, node: Any) -> None:
     lw.op("TILE", [lw.get(x, perm), lw.ints([reps[a] for a in order], f"{node.name or node.output[0]}/reps")], [y])
 
 
-def _scalar_tensor(lw: Lowering, name: str) -> int:
-    """``name`` (one element) as a scalar TFLite tensor: RANGE and ONE_HOT read scalars."""
+def _scalar_tensor(lw: Lowering, name: str, dtype: str) -> int:
+    """``name`` (one element) as a scalar TFLite tensor of ``dtype`` (RANGE reads scalars of its
+    output's type)."""
     if lw.is_const(name):
-        return lw.g.const(f"{name}/scalar", lw.const(name).reshape(()))
-    if lw.shape(name) == ():
-        return lw.get(name, None)
+        return lw.g.const(f"{name}/scalar", lw.const(name).reshape(()), dtype)
     src = lw.get(name, None)
-    t = lw.g.add_tensor(f"{name}/scalar", (), lw.g.tensors[src].dtype)
-    lw.op("RESHAPE", [src, lw.ints(np.zeros(0, np.int64), f"{name}/scalar_shape")], [t], "ReshapeOptions", newShape=[])
-    return t
+    if lw.shape(name) != ():
+        t = lw.g.add_tensor(f"{name}/scalar", (), lw.g.tensors[src].dtype)
+        lw.op("RESHAPE", [src, lw.ints(np.zeros(0, np.int64), f"{name}/scalar_shape")], [t], "ReshapeOptions",
+              newShape=[])
+        src = t
+    if lw.g.tensors[src].dtype != dtype:
+        t = lw.g.add_tensor(f"{name}/{dtype}", (), dtype)
+        lw.op("CAST", [src], [t], "CastOptions")
+        src = t
+    return src
 
 
 _COMPARE = {"Less": "LESS", "LessOrEqual": "LESS_EQUAL", "Greater": "GREATER", "GreaterOrEqual": "GREATER_EQUAL",
@@ -966,7 +972,7 @@ def _range(lw: Lowering, node: Any) -> None:
     """Range with a start, limit or delta computed at run time (a Loop counter's): RANGE, whose
     output length is set when it runs."""
     y = lw.out(node.output[0], None)
-    lw.op("RANGE", [_scalar_tensor(lw, i) for i in node.input[:3]], [y])
+    lw.op("RANGE", [_scalar_tensor(lw, i, lw.g.tensors[y].dtype) for i in node.input[:3]], [y])
 
 
 def _scatter_elements(lw: Lowering, node: Any) -> None:

@@ -221,3 +221,20 @@ def test_inspect_lists_the_ops_of_the_loop_subgraphs(tmp_path, capsys):
     assert info["macs_partial"] and "not counted" in info["macs_notes"][0]
     rc, out, _ = run_cli(["inspect", str(tfl)], capsys)
     assert rc == 0 and "subgraph 'decoder/body':" in out and "control flow not counted" in out
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.FLOAT])
+def test_range_with_a_bound_known_only_at_run_time(dtype, tmp_path):
+    """``Range(0, max(x), 1)`` outside a loop: RANGE sizes its output when it runs; its constant
+    start and step are written in the output's type (int64 stays int64 there)."""
+    np_dtype = np.int64 if dtype == TensorProto.INT64 else np.float32
+    n = helper.make_node
+    nodes = [n("ReduceMax", ["x"], ["top"], keepdims=0, name="top"), n("Cast", ["top"], ["limit"], to=dtype, name="c"),
+             n("Range", ["start", "limit", "step"], ["r"], name="range"),
+             n("Cast", ["r"], ["y"], to=TensorProto.FLOAT, name="out")]
+    m = _graph(nodes, {"start": np.array(0, np_dtype), "step": np.array(1, np_dtype)}, ["y"], x_shape=(4,))
+    path = tmp_path / "range.onnx"
+    onnx.save(m, str(path))
+    for x in (np.array([1, 5, 3, 2], np.float32), np.array([0, 2, 1, 0], np.float32)):
+        res = _same_as_onnxruntime(path, {"x": x})
+    assert res["ops"]["RANGE"] == 1
