@@ -193,6 +193,7 @@ def _array_split(source: Any, shard_samples: int) -> List[Shard]:
         part = copy.copy(source)
         part.files = [source.files[k] for k in keep]
         part._plans = [source._plans[k] for k in keep]
+        part.constants = [source.constants[k] for k in keep]   # per file, beside its plan
         part.limit = None
         shards.append(Shard(i, part, begin - starts[keep[0]], end - begin, [str(f) for f in part.files]))
     return shards

@@ -147,6 +147,9 @@ def _print_bench(result: Any, json_path: Optional[str], samples: bool) -> None:
     delegated = (result.runtime or {}).get("delegated")
     taken = (f"; delegates took {delegated['nodes']} of {delegated['of']} nodes ({delegated['partitions']} "
              "partitions)") if delegated else ""
+    if delegated and delegated.get("other_subgraphs"):
+        taken += (f" of the main graph; its {delegated['other_subgraphs']} other subgraphs (loop bodies) "
+                  "are not listed by the runtime")
     c.print(f"host: {result.host['cpu']}, {result.host['cores']} cores; "
             f"{result.target} {result.runtime_version or ''}".rstrip() + taken)
     for note in (result.settings or {}).get("notes") or []:

@@ -138,7 +138,9 @@ def _delegated(interp: Any) -> Optional[Dict[str, int]]:
     """What the delegates (XNNPACK by default) took of the graph, read from the interpreter's
     execution plan: ``{"nodes": taken, "of": all model nodes, "partitions": delegate nodes}``;
     None where the runtime does not list its nodes. 0 nodes with XNNPACK on means every op ran on
-    the builtin kernels (seen where XNNPACK's cpuinfo cannot read the CPU lists)."""
+    the builtin kernels (seen where XNNPACK's cpuinfo cannot read the CPU lists). LiteRT's Python
+    API lists the main subgraph's nodes only: a file with others (a WHILE's body and condition)
+    adds ``"other_subgraphs"``, their nodes counted in neither number."""
     from .capability import delegated_nodes
 
     try:
@@ -146,5 +148,12 @@ def _delegated(interp: Any) -> Optional[Dict[str, int]]:
     except (AttributeError, RuntimeError, ValueError):
         return None
     taken, partitions = delegated_nodes(ops)
-    return {"nodes": len(taken), "of": sum(op["op_name"] != "DELEGATE" for op in ops), "partitions": partitions}
+    out = {"nodes": len(taken), "of": sum(op["op_name"] != "DELEGATE" for op in ops), "partitions": partitions}
+    try:
+        others = int(interp.num_subgraphs()) - 1
+    except (AttributeError, RuntimeError, ValueError):
+        others = 0
+    if others > 0:
+        out["other_subgraphs"] = others
+    return out
 

@@ -223,6 +223,21 @@ def test_inspect_lists_the_ops_of_the_loop_subgraphs(tmp_path, capsys):
     assert rc == 0 and "subgraph 'decoder/body':" in out and "control flow not counted" in out
 
 
+def test_bench_says_the_delegated_count_is_the_main_graphs(tmp_path, capsys):
+    """LiteRT's Python API lists the main subgraph's nodes only: the delegated count of a file with
+    a WHILE says so (2 other subgraphs, not counted), in the artifact and in `sdk bench`'s line."""
+    from sdk.targets import get_target
+
+    path = cf.decoder_loop_model(tmp_path / "decoder.onnx")
+    tfl = tmp_path / "decoder.tflite"
+    tfl.write_bytes(onnx_to_tflite_bytes(onnx.load(str(path)))["data"])
+    delegated = get_target("tflite").prepare(str(tfl)).metadata["delegated"]
+    assert delegated["other_subgraphs"] == 2 and delegated["of"] == 2, delegated    # FULLY_CONNECTED, WHILE
+    rc, out, err = run_cli(["bench", str(tfl), "--target", "tflite", "--runs", "3", "--warmup", "1", "--min-seconds", "0"], capsys)
+    assert rc == 0, err
+    assert "of the main graph; its 2 other subgraphs (loop bodies) are not listed by the runtime" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("dtype", [TensorProto.INT64, TensorProto.FLOAT])
 def test_range_with_a_bound_known_only_at_run_time(dtype, tmp_path):
     """``Range(0, max(x), 1)`` outside a loop: RANGE sizes its output when it runs; its constant
