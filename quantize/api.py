@@ -71,7 +71,8 @@ def cache_dir() -> Path:
 def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Tuple[Any, Dict[str, Any]]:
     """Load, fold constants (weights in ``Constant`` nodes or behind Identity/Cast/Transpose chains
     become initializers), upgrade to opset 13 (per-channel DequantizeLinear) when the converter can,
-    else keep the opset and note ``per_tensor_only``; then fix the input shapes that were asked for."""
+    else keep the opset and note ``per_tensor_only``; fix the input shapes that were asked for; then
+    the exact float rewrites of :mod:`sdk.formats.onnx_rewrite` (``float_rewrites``)."""
     from ..errors import ModelError
     from ..model import Model
     from .graph import check_not_quantized
@@ -101,8 +102,14 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
             m = m.with_input_shapes(input_shapes)
     import onnx
 
-    proto = onnx.ModelProto()
-    proto.CopyFrom(m.proto)
+    from ..formats.onnx_rewrite import simplify
+
+    proto, rewrites = simplify(m.proto)       # exact float rewrites: FP32 is timed and judged with them
+    if rewrites:
+        notes["float_rewrites"] = rewrites
+    if proto is m.proto:
+        proto = onnx.ModelProto()
+        proto.CopyFrom(m.proto)
     ensure_node_names(proto)
     return m.derive(proto), notes
 
@@ -844,6 +851,7 @@ class _Run:
                       "sha256": self.notes["source_sha256"], "opset_in": self.notes["opset_in"],
                       "opset_upgraded_to": self.notes.get("opset_upgraded_to"),
                       "batchnorm_folded": self.bn_folded, "constants_folded": self.notes.get("constants_folded", 0),
+                      "float_rewrites": self.notes.get("float_rewrites", {}),
                       "specialized": self.notes.get("specialized"),
                       "float_in_control_flow": self.notes.get("float_in_control_flow") or {}},
             "target": self.scheme.name,

@@ -176,6 +176,15 @@ def _parse_cpu(text: Optional[str]) -> Tuple[Optional[str], Optional[List[str]]]
     return arch.strip(), [f.strip().lower() for f in flags.split(",") if f.strip()]
 
 
+def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
+    """The float rewrites the quantizer prepared the model with (``sdk.formats.onnx_rewrite``)."""
+    what = {"hardswish_fused": "written-out hard-swish as x*HardSigmoid(x)",
+            "affine_folded": "scalar affines folded into the layer before"}
+    if rewrites:
+        c.print("float graph rewritten (exact; FP32 is timed and judged with it): "
+                + ", ".join(f"{n} {what.get(k, k)}" for k, n in rewrites.items()))
+
+
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     from ..textsafe import inert
     from ._common import console
@@ -196,6 +205,7 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     c.print(f"quantized {lay['quantized']} of {lay['quantizable']} layers, {lay['activations_with_qdq']} activations, "
             f"{lay['weights']} of {lay['weights_total']} weights; bias correction on "
             f"{rep['bias_correction']['corrected_layers']} layers")
+    _print_rewrites(c, (rep.get("model") or {}).get("float_rewrites") or {})
     for w in rep["warnings"]:
         c.print(f"[yellow]warning:[/yellow] {inert(w)}", markup=True)
     acc = rep.get("accuracy")

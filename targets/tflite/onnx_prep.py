@@ -223,6 +223,7 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
     prep = Prepared(g, nodes, consts, shapes, dtypes, inputs, graph_out, opset, notes, len(folded_nodes))
     _fold_batchnorm(prep)
     _fuse_gelu(prep)
+    _fuse_hardswish(prep)
     return prep
 
 
@@ -358,3 +359,22 @@ def _fuse_gelu(p: Prepared) -> None:
             nodes.append(g)
     p.nodes = nodes
     p.notes.append(f"{len(last)} exact GELU(s) written as x * 0.5 * (1 + Erf(x / sqrt 2)) became TFLite's GELU")
+
+
+def _fuse_hardswish(p: Prepared) -> None:
+    """A hard-swish written out (``x * clip(x + 3, 0, 6) / 6``: paddle2onnx) or as ``x * HardSigmoid(x)``
+    (PyTorch before opset 14, and the quantizer's prepared graph) becomes one ONNX ``HardSwish`` node,
+    lowered to TFLite's HARD_SWISH: one op where there were four."""
+    import onnx
+
+    from ...formats.onnx_rewrite import hardswish_chains
+
+    found = hardswish_chains(p.nodes, p.consts, p.outputs)
+    if not found:
+        return
+    at = {id(chain[-1]): onnx.helper.make_node("HardSwish", [x], [chain[-1].output[0]],
+                                                name=f"{chain[-1].name or chain[-1].output[0]}/hardswish")
+          for x, chain in found}
+    gone = {id(n) for _, chain in found for n in chain[:-1]}
+    p.nodes = [at.get(id(n), n) for n in p.nodes if id(n) not in gone]
+    p.notes.append(f"{len(found)} hard-swish(es) written out in ONNX ops became TFLite's HARD_SWISH")

@@ -574,6 +574,24 @@ def test_a_gelu_lookalike_is_not_fused():
         onnx_to_tflite_bytes(m)
 
 
+@pytest.mark.parametrize("form", ["written out", "hardsigmoid"])
+def test_hardswish_in_onnx_ops_becomes_one_hard_swish(form):
+    """paddle2onnx's x * clip(x + 3, 0, 6) / 6 and x * HardSigmoid(x) (alpha 1/6, beta 0.5; PyTorch
+    before opset 14, the quantizer's prepared graph) become one HARD_SWISH, equal to onnxruntime's."""
+    n = helper.make_node
+    if form == "written out":
+        hs = [n("Add", ["h", "three"], ["p"], name="add3"), n("Clip", ["p", "zero", "six"], ["c"], name="clip"),
+              n("Mul", ["h", "c"], ["m"], name="mul"), n("Div", ["m", "six"], ["y"], name="div6")]
+    else:
+        hs = [n("HardSigmoid", ["h"], ["s"], name="hsig", alpha=1.0 / 6.0, beta=0.5), n("Mul", ["h", "s"], ["y"], name="mul")]
+    consts = {"w": _w(16, 24) * 8, "three": np.array(3.0, np.float32), "zero": np.array(0.0, np.float32),
+              "six": np.array(6.0, np.float32)}
+    m = _model([n("MatMul", ["x", "w"], ["h"], name="fc")] + hs, consts, [1, 5, 16], ["y"])
+    res = _check(m, atol=1e-5)
+    assert res["ops"].get("HARD_SWISH") == 1 and set(res["ops"]) == {"FULLY_CONNECTED", "HARD_SWISH"}, res["ops"]
+    assert any("1 hard-swish(es)" in note for note in res["notes"])
+
+
 def test_onnx_gelu_op_and_its_tanh_form():
     for approximate in ("none", "tanh"):
         m = _model([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),

@@ -1,0 +1,131 @@
+"""The exact float rewrites (``sdk/formats/onnx_rewrite.py``): a written-out hard-swish as
+``x * HardSigmoid(x)``, a scalar affine folded into the Conv or BatchNormalization before it; outputs
+equal ONNX Runtime's on the original; chains they must not touch are left alone."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from sdk.formats.onnx_rewrite import fold_scalar_affine, fuse_hardswish, simplify
+
+
+def _run(proto, x):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})
+
+
+def _const(name, value):
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def _model(nodes, inits, outputs=("y",), opset=13):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, None, None, None]) for o in outputs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    onnx.checker.check_model(m)
+    return m
+
+
+def _lcnet_block(clip_as_attrs=False, sixth="div", order="mul_first"):
+    """paddle2onnx's PP-LCNetV3 unit: Conv -> BN -> x*s+a -> x*clip(x+3,0,6)/6 -> x*s2+a2 -> Conv."""
+    rng = np.random.default_rng(0)
+    inits = [_const("w1", rng.standard_normal((4, 4, 3, 3)) * 0.3), _const("b1", rng.standard_normal(4)),
+             _const("bn_s", rng.uniform(0.5, 1.5, 4)), _const("bn_b", rng.standard_normal(4)),
+             _const("bn_m", rng.standard_normal(4) * 0.1), _const("bn_v", rng.uniform(0.5, 2, 4)),
+             _const("s", [1.7]), _const("a", [-0.4]), _const("three", [3.0]), _const("six", [6.0]),
+             _const("zero", 0.0), _const("sixf", 6.0), _const("sixth", [1 / 6]),
+             _const("s2", [0.8]), _const("a2", [0.25]), _const("w2", rng.standard_normal((4, 4, 1, 1)) * 0.3)]
+    clip = (helper.make_node("Clip", ["p"], ["c"], min=0.0, max=6.0) if clip_as_attrs
+            else helper.make_node("Clip", ["p", "zero", "sixf"], ["c"]))
+    scale = (lambda i, o: helper.make_node("Div", [i, "six"], [o])) if sixth == "div" else \
+        (lambda i, o: helper.make_node("Mul", ["sixth", i], [o]))
+    hs = [helper.make_node("Mul", ["z", "c"], ["m"]), scale("m", "h")] if order == "mul_first" else \
+        [scale("c", "m"), helper.make_node("Mul", ["m", "z"], ["h"])]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m", "bn_v"], ["n"]),
+             helper.make_node("Mul", ["n", "s"], ["ms"]), helper.make_node("Add", ["ms", "a"], ["z"]),
+             helper.make_node("Add", ["z", "three"], ["p"]), clip, *hs,
+             helper.make_node("Mul", ["h", "s2"], ["h2"]), helper.make_node("Sub", ["h2", "a2"], ["h3"]),
+             helper.make_node("Conv", ["h3", "w2"], ["y"])]
+    return _model(nodes, inits, opset=10 if clip_as_attrs else 13)
+
+
+@pytest.mark.parametrize("clip_as_attrs,sixth,order", [(False, "div", "mul_first"), (True, "div", "mul_first"),
+                                                       (False, "mul", "scale_first")])
+def test_lcnet_block_rewritten_and_equal(clip_as_attrs, sixth, order):
+    m = _lcnet_block(clip_as_attrs, sixth, order)
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3
+    out, done = simplify(m)
+    assert done == {"affine_folded": 1, "hardswish_fused": 1}
+    ops = [n.op_type for n in out.graph.node]
+    # the affine went into the BN (folded into the conv later by the quantizer); the second one
+    # follows the hard-swish's Mul, not a Conv or BN, and stays
+    assert ops == ["Conv", "BatchNormalization", "HardSigmoid", "Mul", "Mul", "Sub", "Conv"], ops
+    assert out.graph.node[1].output[0] == "z" and out.graph.node[3].output[0] == "h"   # names kept
+    onnx.checker.check_model(out)
+    np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
+    assert not {"s", "a", "three", "bn_s", "bn_b"} & {t.name for t in out.graph.initializer}
+
+
+def test_affine_after_conv_folds_into_weights_and_bias():
+    rng = np.random.default_rng(2)
+    m = _model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["k", "c"], ["d"]),
+                helper.make_node("Div", ["d", "two"], ["e"]), helper.make_node("Add", ["e", "a"], ["y"])],
+               [_const("w", rng.standard_normal((3, 4, 1, 1))), _const("k", [3.0]), _const("two", [2.0]),
+                _const("a", [0.5])])
+    out, n = fold_scalar_affine(m)
+    assert n == 1 and [x.op_type for x in out.graph.node] == ["Conv"] and out.graph.node[0].output[0] == "y"
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_what_is_not_exact_or_not_alone_is_left():
+    """A per-channel Mul, a constant on the left of a Sub, a tensor another node also reads, a
+    graph output in the middle of a chain, a Clip to 5: nothing is rewritten."""
+    rng = np.random.default_rng(3)
+    w = _const("w", rng.standard_normal((4, 4, 1, 1)))
+    cases = [
+        ([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "pc"], ["y"])],
+         [w, _const("pc", rng.standard_normal((1, 4, 1, 1)))], ("y",)),
+        ([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Sub", ["a", "c"], ["y"])],
+         [w, _const("a", [1.0])], ("y",)),
+        ([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "s"], ["y"]),
+          helper.make_node("Relu", ["c"], ["r"])], [w, _const("s", [2.0])], ("y", "r")),
+        ([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["c", "s"], ["y"])],
+         [w, _const("s", [2.0])], ("y", "c")),
+        ([helper.make_node("Add", ["x", "three"], ["p"]), helper.make_node("Clip", ["p", "zero", "five"], ["c"]),
+          helper.make_node("Mul", ["x", "c"], ["m"]), helper.make_node("Div", ["m", "six"], ["y"])],
+         [_const("three", [3.0]), _const("zero", 0.0), _const("five", 5.0), _const("six", [6.0])], ("y",)),
+    ]
+    for nodes, inits, outputs in cases:
+        m = _model(nodes, inits, outputs)
+        out, done = simplify(m)
+        assert done == {} and out is m, [n.op_type for n in nodes]
+        assert fuse_hardswish(m)[1] == 0
+
+
+def test_quantize_reports_and_says_the_rewrites(tmp_path, capsys):
+    """The quantizer prepares the model with the rewrites: the report counts them, the CLI says so,
+    and the INT8 model keeps FP32's output within INT8 error."""
+    from tests.clirun import run_cli
+
+    m = _lcnet_block()
+    path = tmp_path / "lcnet.onnx"
+    onnx.save(m, path)
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(4).standard_normal((24, 1, 4, 6, 6)).astype(np.float32))
+    rc, out, err = run_cli(["quantize", str(path), "--calib", str(calib), "-o", str(tmp_path / "q.onnx"),
+                            "--no-speed-check", "--report", str(tmp_path / "r.json")], capsys)
+    assert rc == 0, err
+    text = " ".join(out.split())
+    assert "float graph rewritten (exact; FP32 is timed and judged with it): 1 scalar affines folded into the " \
+           "layer before, 1 written-out hard-swish as x*HardSigmoid(x)" in text, out
+    import json
+
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["model"]["float_rewrites"] == {"affine_folded": 1, "hardswish_fused": 1}
