@@ -125,6 +125,8 @@ def fold_batchnorm(proto: Any) -> Tuple[Any, int]:
     import onnx
     from onnx import numpy_helper
 
+    from ..formats.onnx import drop_unused_initializers
+
     out = onnx.ModelProto()
     out.CopyFrom(proto)
     idx = GraphIndex(out)
@@ -162,23 +164,8 @@ def fold_batchnorm(proto: Any) -> Tuple[Any, int]:
     for bn in remove:
         g.node.remove(bn)
     g.initializer.extend(new_inits.values())
-    _drop_unused_initializers(out)
+    drop_unused_initializers(out.graph)
     return out, folded
-
-
-def _drop_unused_initializers(proto: Any) -> None:
-    from ..formats.onnx import iter_nodes
-
-    used = {i for n in iter_nodes(proto.graph) for i in n.input}   # If/Loop bodies read outer names too
-    used |= {o.name for o in proto.graph.output}
-    removed = {t.name for t in proto.graph.initializer if t.name not in used}
-    if removed:
-        keep = [t for t in proto.graph.initializer if t.name not in removed]
-        del proto.graph.initializer[:]
-        proto.graph.initializer.extend(keep)
-        gin = [vi for vi in proto.graph.input if vi.name not in removed]
-        del proto.graph.input[:]
-        proto.graph.input.extend(gin)
 
 
 #: ops an output may pass through after a Log and stay a log-scale value (times a constant)

@@ -626,8 +626,10 @@ def _separate_objects(samples: Sequence[np.ndarray], threshold: float) -> bool:
     with specks whose count no reader uses)."""
     counts, largest = [], []
     for s in samples:
-        for boxes in _regions(np.asarray(s) > threshold):
-            area = np.squeeze(np.asarray(s)).shape[-2] * np.squeeze(np.asarray(s)).shape[-1]
+        x = np.asarray(s)
+        h, w = np.squeeze(x).shape[-2:]
+        area = h * w
+        for boxes in _regions(x > threshold):
             counts.append(len(boxes))
             sizes = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
             largest.append(float(sizes.max()) / area if len(boxes) else 0.0)

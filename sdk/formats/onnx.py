@@ -55,6 +55,20 @@ def iter_nodes(graph: Any) -> Iterator[Any]:
                 yield from iter_nodes(g)
 
 
+def drop_unused_initializers(graph: Any) -> None:
+    """Remove the initializers no node reads (If/Loop bodies read outer names too) and no graph
+    output names, and their graph inputs."""
+    used = {i for n in iter_nodes(graph) for i in n.input} | {o.name for o in graph.output}
+    removed = {t.name for t in graph.initializer if t.name not in used}
+    if removed:
+        keep = [t for t in graph.initializer if t.name not in removed]
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+        gin = [vi for vi in graph.input if vi.name not in removed]
+        del graph.input[:]
+        graph.input.extend(gin)
+
+
 def weightless(proto: Any, max_elements: int = 64) -> Any:
     """A copy of ``proto`` for shape inference: every initializer, and every top-level ``Constant``
     tensor, of more than ``max_elements`` values becomes a graph input of its type and shape

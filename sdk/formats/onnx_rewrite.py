@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from .onnx import drop_unused_initializers
+
 __all__ = ["simplify", "fuse_hardswish", "fold_scalar_affine", "hardswish_chains"]
 
 #: how far a constant may be from 3, 6 or 1/6 and still be one (paddle2onnx writes 6.0 and 3.0 exactly)
@@ -154,13 +156,24 @@ def hardswish_chains(nodes: Sequence[Any], consts: Mapping[str, Any], outputs: S
     return found
 
 
-def fuse_hardswish(proto: Any) -> Tuple[Any, int]:
-    """A copy of ``proto`` with each written-out hard-swish as ``x * HardSigmoid(x)``; and how many."""
+def _copy(proto: Any) -> Any:
     import onnx
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    g = out.graph
+    return out
+
+
+def fuse_hardswish(proto: Any) -> Tuple[Any, int]:
+    """A copy of ``proto`` with each written-out hard-swish as ``x * HardSigmoid(x)``; and how many."""
+    out = _copy(proto)
+    return out, _fuse_hardswish(out.graph)
+
+
+def _fuse_hardswish(g: Any) -> int:
+    """:func:`fuse_hardswish` on graph ``g`` in place."""
+    import onnx
+
     idx = _Index.of_graph(g)
     replaced: Dict[int, List[Any]] = {}
     drop: Set[int] = set()
@@ -179,7 +192,7 @@ def fuse_hardswish(proto: Any) -> Tuple[Any, int]:
         ]
         drop.update(id(n) for n in chain)
     if not replaced:
-        return out, 0
+        return 0
     nodes = []
     for n in g.node:
         if id(n) in replaced:
@@ -188,8 +201,8 @@ def fuse_hardswish(proto: Any) -> Tuple[Any, int]:
             nodes.append(n)
     del g.node[:]
     g.node.extend(nodes)
-    _drop_unread(g, {o.name for o in g.output})
-    return out, len(replaced)
+    drop_unused_initializers(g)
+    return len(replaced)
 
 
 def _affine_chain(idx: _Index, start: str) -> Tuple[float, float, List[Any]]:
@@ -220,12 +233,14 @@ def _affine_chain(idx: _Index, start: str) -> Tuple[float, float, List[Any]]:
 def fold_scalar_affine(proto: Any) -> Tuple[Any, int]:
     """A copy of ``proto`` with each scalar affine (Mul/Add/Sub/Div by one-element constants) that
     follows a Conv or a BatchNormalization folded into its weights and bias; and how many."""
-    import onnx
+    out = _copy(proto)
+    return out, _fold_scalar_affine(out.graph)
+
+
+def _fold_scalar_affine(g: Any) -> int:
+    """:func:`fold_scalar_affine` on graph ``g`` in place."""
     from onnx import numpy_helper
 
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    g = out.graph
     idx = _Index.of_graph(g)
     drop: Set[int] = set()
     new_inits = []
@@ -267,38 +282,19 @@ def fold_scalar_affine(proto: Any) -> Tuple[Any, int]:
         drop.update(id(n) for n in chain)
         folded += 1
     if not folded:
-        return out, 0
+        return 0
     keep = [n for n in g.node if id(n) not in drop]
     del g.node[:]
     g.node.extend(keep)
     g.initializer.extend(new_inits)
-    _drop_unread(g, {o.name for o in g.output})
-    return out, folded
-
-
-def _drop_unread(graph: Any, used: Set[str]) -> None:
-    """Initializers no node reads any more (the weights the fold replaced), and their graph inputs."""
-    from .onnx import iter_nodes
-
-    used = used | {i for n in iter_nodes(graph) for i in n.input}     # bodies read outer names too
-    gone = {t.name for t in graph.initializer if t.name not in used}
-    if gone:
-        keep = [t for t in graph.initializer if t.name not in gone]
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-        ins = [vi for vi in graph.input if vi.name not in gone]
-        del graph.input[:]
-        graph.input.extend(ins)
+    drop_unused_initializers(g)
+    return folded
 
 
 def simplify(proto: Any) -> Tuple[Any, Dict[str, int]]:
     """``proto`` with the rewrites above (a copy when any applies) and how many of each were made:
     ``{"affine_folded": n, "hardswish_fused": m}`` (zero counts left out)."""
-    done: Dict[str, int] = {}
-    proto2, n = fold_scalar_affine(proto)
-    if n:
-        proto, done["affine_folded"] = proto2, n
-    proto2, n = fuse_hardswish(proto)
-    if n:
-        proto, done["hardswish_fused"] = proto2, n
-    return proto, done
+    out = _copy(proto)
+    done = {k: n for k, n in (("affine_folded", _fold_scalar_affine(out.graph)),
+                               ("hardswish_fused", _fuse_hardswish(out.graph))) if n}
+    return (out if done else proto), done
