@@ -68,11 +68,14 @@ def cache_dir() -> Path:
     return Path(root) / "calib"
 
 
-def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Tuple[Any, Dict[str, Any]]:
+def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]], hardswish_op: bool = False
+             ) -> Tuple[Any, Dict[str, Any]]:
     """Load, fold constants (weights in ``Constant`` nodes or behind Identity/Cast/Transpose chains
     become initializers), upgrade to opset 13 (per-channel DequantizeLinear) when the converter can,
     else keep the opset and note ``per_tensor_only``; fix the input shapes that were asked for; then
-    the exact float rewrites of :mod:`sdk.formats.onnx_rewrite` (``float_rewrites``)."""
+    the exact float rewrites of :mod:`sdk.formats.onnx_rewrite` (``float_rewrites``). ``hardswish_op``
+    (a target with a hard-swish kernel): hard-swishes become one ``HardSwish`` node, the opset raised
+    to 14 for it when the model has one."""
     from ..errors import ModelError
     from ..model import Model
     from .graph import check_not_quantized
@@ -102,9 +105,15 @@ def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]]) ->
             m = m.with_input_shapes(input_shapes)
     import onnx
 
-    from ..formats.onnx_rewrite import simplify
+    from ..formats.onnx_rewrite import count_hardswish, simplify
 
-    proto, rewrites = simplify(m.proto)       # exact float rewrites: FP32 is timed and judged with them
+    if hardswish_op and (m.opset or 0) < 14 and not notes.get("per_tensor_only") and count_hardswish(m.proto.graph):
+        try:
+            m = m.with_opset(14)
+            notes["opset_upgraded_to"] = 14
+        except ModelError:
+            pass                            # HardSwish needs opset 14: the x * HardSigmoid(x) form stays
+    proto, rewrites = simplify(m.proto, hardswish_op=hardswish_op and (m.opset or 0) >= 14)
     if rewrites:
         notes["float_rewrites"] = rewrites
     if proto is m.proto:
@@ -441,7 +450,7 @@ class _Run:
 
         m = model if isinstance(model, Model) else Model.load(model)
         m, specialized = self._resolve_control_flow(m)
-        self.prepared, self.notes = _prepare(m, self.cfg.input_shapes)
+        self.prepared, self.notes = _prepare(m, self.cfg.input_shapes, type(self.scheme).hardswish_op)
         if specialized is not None:
             self.notes["specialized"] = specialized
         if self.notes.get("per_tensor_only"):
@@ -449,8 +458,10 @@ class _Run:
             self.warnings.append(f"kept opset {self.notes['opset_in']} ({self.notes['per_tensor_only']}): "
                                  "per-tensor weights")
         if self.notes.get("opset_upgraded_to"):
-            self.warnings.append(f"opset upgraded from {self.notes['opset_in']} to {MIN_OPSET} "
-                                 "(per-channel DequantizeLinear needs it)")
+            to = self.notes["opset_upgraded_to"]
+            self.warnings.append(f"opset upgraded from {self.notes['opset_in']} to {to} ("
+                                 + ("per-channel DequantizeLinear needs it" if to == MIN_OPSET else
+                                    "per-channel DequantizeLinear and HardSwish need it") + ")")
 
     def _resolve_control_flow(self, m: Any) -> Tuple[Any, Optional[Dict[str, Any]]]:
         """A model whose weighted ops sit inside If branches that the given input values (and

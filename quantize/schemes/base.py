@@ -95,6 +95,9 @@ class Scheme:
     weight_qdq_pair: ClassVar[bool] = False   # True: float weights -> Q -> DQ; False: int8 initializer -> DQ
     quantize_bias: ClassVar[bool] = True
     fold_batchnorm: ClassVar[bool] = True
+    #: the target has a hard-swish kernel: the prepared graph writes each hard-swish as one ONNX
+    #: HardSwish (else as x * HardSigmoid(x), two ops ONNX Runtime runs faster than the written-out four)
+    hardswish_op: ClassVar[bool] = False
     #: besides the QDQ model, write a TensorRT calibration cache (implicit-quantization builds)
     writes_calibration_cache: ClassVar[bool] = False
     #: the QDQ model runs on this host's ONNX Runtime as is: its latency there is the target's

@@ -22,6 +22,7 @@ class TFLiteScheme(IslandScheme):
     exports_ranges = True
     description = "TFLite int8 spec: int8 asymmetric activations, per-channel weights, shared/fixed scales"
     default_method = "minmax"
+    hardswish_op = True       # TFLite's HARD_SWISH: float between int8 grids for XNNPACK, or its int8 form
     activation_dtypes: ClassVar[Tuple[str, ...]] = ("int8",)
     COMPUTE_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Mul", "Sub", "Concat",
                    "GlobalAveragePool", "AveragePool", "Sigmoid", "Softmax", "Tanh", "LogSoftmax",

@@ -179,6 +179,7 @@ def _parse_cpu(text: Optional[str]) -> Tuple[Optional[str], Optional[List[str]]]
 def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
     """The float rewrites the quantizer prepared the model with (``sdk.formats.onnx_rewrite``)."""
     what = {"hardswish_fused": "written-out hard-swish as x*HardSigmoid(x)",
+            "hardswish_op": "hard-swish as one HardSwish (the target's kernel)",
             "affine_folded": "scalar affines folded into the layer before"}
     if rewrites:
         c.print("float graph rewritten (exact; FP32 is timed and judged with it): "

@@ -9,7 +9,9 @@ over an activation:
 
 Both keep the names of the tensors after the rewritten part (the last op's output), so outputs and the
 tensors other nodes read are unchanged; the results equal the original up to float rounding.
-``simplify(proto)`` returns a rewritten copy and what it did.
+``simplify(proto)`` returns a rewritten copy and what it did; ``simplify(proto, hardswish_op=True)``
+writes each hard-swish as one ONNX ``HardSwish`` instead, for a target that has the kernel (TFLite's
+HARD_SWISH).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 
 from .onnx import drop_unused_initializers
 
-__all__ = ["simplify", "fuse_hardswish", "fold_scalar_affine", "hardswish_chains"]
+__all__ = ["simplify", "fuse_hardswish", "fold_scalar_affine", "hardswish_chains", "count_hardswish"]
 
 #: how far a constant may be from 3, 6 or 1/6 and still be one (paddle2onnx writes 6.0 and 3.0 exactly)
 _TOL = 1e-6
@@ -141,19 +143,25 @@ def _hardsigmoid_times_x(idx: _Index, hs: Any) -> Optional[Tuple[str, List[Any]]
     return x, [hs, mul]
 
 
-def hardswish_chains(nodes: Sequence[Any], consts: Mapping[str, Any], outputs: Sequence[str]
-                     ) -> List[Tuple[str, List[Any]]]:
-    """Every hard-swish among ``nodes``, written out or as ``x * HardSigmoid(x)``: ``(x, its nodes)``,
-    the last node's output being the hard-swish's (for converters that have a HardSwish op)."""
+def hardswish_chains(nodes: Sequence[Any], consts: Mapping[str, Any], outputs: Sequence[str],
+                     written_only: bool = False) -> List[Tuple[str, List[Any]]]:
+    """Every hard-swish among ``nodes``, written out or as ``x * HardSigmoid(x)`` (not with
+    ``written_only``): ``(x, its nodes)``, the last node's output being the hard-swish's."""
     idx = _Index(nodes, consts, outputs)
     found: List[Tuple[str, List[Any]]] = []
     taken: Set[int] = set()
     for n in nodes:
-        hit = _hardswish_at(idx, n) or _hardsigmoid_times_x(idx, n)
+        hit = _hardswish_at(idx, n) or (None if written_only else _hardsigmoid_times_x(idx, n))
         if hit is not None and not any(id(m) in taken for m in hit[1]):
             found.append(hit)
             taken.update(id(m) for m in hit[1])
     return found
+
+
+def count_hardswish(graph: Any) -> int:
+    """How many hard-swishes ``graph`` holds in ONNX ops (written out or as ``x * HardSigmoid(x)``)."""
+    idx = _Index.of_graph(graph)
+    return len(hardswish_chains(graph.node, idx.consts, list(idx.outputs)))
 
 
 def _copy(proto: Any) -> Any:
@@ -164,35 +172,37 @@ def _copy(proto: Any) -> Any:
     return out
 
 
-def fuse_hardswish(proto: Any) -> Tuple[Any, int]:
-    """A copy of ``proto`` with each written-out hard-swish as ``x * HardSigmoid(x)``; and how many."""
+def fuse_hardswish(proto: Any, as_op: bool = False) -> Tuple[Any, int]:
+    """A copy of ``proto`` with each written-out hard-swish as ``x * HardSigmoid(x)``, or with
+    ``as_op`` each hard-swish in either form as one ``HardSwish`` (opset 14: for a target with a
+    hard-swish kernel); and how many."""
     out = _copy(proto)
-    return out, _fuse_hardswish(out.graph)
+    return out, _fuse_hardswish(out.graph, as_op)
 
 
-def _fuse_hardswish(g: Any) -> int:
+def _fuse_hardswish(g: Any, as_op: bool = False) -> int:
     """:func:`fuse_hardswish` on graph ``g`` in place."""
     import onnx
 
     idx = _Index.of_graph(g)
+    found = hardswish_chains(g.node, idx.consts, list(idx.outputs), written_only=not as_op)
     replaced: Dict[int, List[Any]] = {}
-    drop: Set[int] = set()
-    for node in g.node:
-        found = _hardswish_at(idx, node) if id(node) not in drop else None
-        if found is None or any(id(n) in drop for n in found[1]):
-            continue
-        x, chain = found
+    for x, chain in found:
         last = chain[-1]
         base = last.name or last.output[0]
+        if as_op:
+            replaced[id(chain[0])] = [onnx.helper.make_node("HardSwish", [x], [last.output[0]],
+                                                            name=idx.fresh(f"{base}/hardswish"))]
+            continue
         hs = idx.fresh(f"{last.output[0]}_hardsigmoid")
-        replaced[id(node)] = [
+        replaced[id(chain[0])] = [
             onnx.helper.make_node("HardSigmoid", [x], [hs], name=idx.fresh(f"{base}/hardsigmoid"),
                                   alpha=1.0 / 6.0, beta=0.5),
             onnx.helper.make_node("Mul", [x, hs], [last.output[0]], name=idx.fresh(f"{base}/hardswish")),
         ]
-        drop.update(id(n) for n in chain)
     if not replaced:
         return 0
+    drop = {id(n) for _, chain in found for n in chain}
     nodes = []
     for n in g.node:
         if id(n) in replaced:
@@ -291,10 +301,12 @@ def _fold_scalar_affine(g: Any) -> int:
     return folded
 
 
-def simplify(proto: Any) -> Tuple[Any, Dict[str, int]]:
+def simplify(proto: Any, hardswish_op: bool = False) -> Tuple[Any, Dict[str, int]]:
     """``proto`` with the rewrites above (a copy when any applies) and how many of each were made:
-    ``{"affine_folded": n, "hardswish_fused": m}`` (zero counts left out)."""
+    ``{"affine_folded": n, "hardswish_fused": m}`` (zero counts left out). ``hardswish_op``: every
+    hard-swish as one ``HardSwish`` node (``"hardswish_op": m``; the graph's opset must be 14 or later)."""
     out = _copy(proto)
     done = {k: n for k, n in (("affine_folded", _fold_scalar_affine(out.graph)),
-                               ("hardswish_fused", _fuse_hardswish(out.graph))) if n}
+                               ("hardswish_op" if hardswish_op else "hardswish_fused",
+                                _fuse_hardswish(out.graph, hardswish_op))) if n}
     return (out if done else proto), done

@@ -72,6 +72,25 @@ def test_lcnet_block_rewritten_and_equal(clip_as_attrs, sixth, order):
     assert not {"s", "a", "three", "bn_s", "bn_b"} & {t.name for t in out.graph.initializer}
 
 
+def test_hardswish_as_one_op_for_a_target_with_the_kernel():
+    """``hardswish_op``: both forms (written out; x * HardSigmoid(x), as PyTorch exports before opset
+    14) become one HardSwish with the chain's output name, equal to the original on onnxruntime."""
+    m = onnx.version_converter.convert_version(_lcnet_block(), 14)
+    x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3
+    out, done = simplify(m, hardswish_op=True)
+    assert done == {"affine_folded": 1, "hardswish_op": 1}
+    ops = [n.op_type for n in out.graph.node]
+    assert ops == ["Conv", "BatchNormalization", "HardSwish", "Mul", "Sub", "Conv"], ops
+    assert out.graph.node[2].output[0] == "h"
+    np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
+    hsig, n = fuse_hardswish(m)                          # the x * HardSigmoid(x) form ...
+    assert n == 1
+    again, n = fuse_hardswish(hsig, as_op=True)          # ... also becomes one HardSwish
+    assert n == 1 and [o.op_type for o in again.graph.node].count("HardSwish") == 1
+    assert "HardSigmoid" not in [o.op_type for o in again.graph.node]
+    np.testing.assert_allclose(_run(again, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_affine_after_conv_folds_into_weights_and_bias():
     rng = np.random.default_rng(2)
     m = _model([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Mul", ["k", "c"], ["d"]),

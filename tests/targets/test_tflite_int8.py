@@ -184,30 +184,41 @@ def test_tflite_output_needs_the_tflite_target(quantized, tmp_path):
     assert not (tmp_path / "m.tflite").exists()
 
 
-def _hswish_net(path) -> Any:
-    """Conv -> HardSwish -> depthwise Conv -> HardSwish -> Conv: MobileNetV3's pattern."""
+def _hswish_net(path, form: str = "op") -> Any:
+    """Conv -> HardSwish -> depthwise Conv -> HardSwish -> Conv: MobileNetV3's pattern. ``form``
+    ``written``: each hard-swish as paddle2onnx writes it, x * clip(x + 3, 0, 6) / 6, at opset 13."""
     inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "dw": _w(8, 1, 3, 3), "db": _w(8), "w3": _w(4, 8, 1, 1)}
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("HardSwish", ["c1"], ["h1"], name="hs1"),
-        helper.make_node("Conv", ["h1", "dw", "db"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"),
-        helper.make_node("HardSwish", ["c2"], ["h2"], name="hs2"),
-        helper.make_node("Conv", ["h2", "w3"], ["y"], name="conv3"),
-    ]
+
+    def hswish(x, y, k):
+        if form == "op":
+            return [helper.make_node("HardSwish", [x], [y], name=f"hs{k}")]
+        return [helper.make_node("Add", [x, "three"], [f"p{k}"], name=f"add{k}"),
+                helper.make_node("Clip", [f"p{k}", "zero", "six"], [f"r{k}"], name=f"clip{k}"),
+                helper.make_node("Mul", [x, f"r{k}"], [f"m{k}"], name=f"mul{k}"),
+                helper.make_node("Div", [f"m{k}", "six"], [y], name=f"div{k}")]
+
+    if form != "op":
+        inits.update(three=np.array(3.0, np.float32), zero=np.array(0.0, np.float32), six=np.array(6.0, np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"), *hswish("c1", "h1", 1),
+             helper.make_node("Conv", ["h1", "dw", "db"], ["c2"], pads=[1, 1, 1, 1], group=8, name="dw"), *hswish("c2", "h2", 2),
+             helper.make_node("Conv", ["h2", "w3"], ["y"], name="conv3")]
     g = helper.make_graph(nodes, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
                           [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14 if form == "op" else 13)])
     m.ir_version = 8
     return save_checked(m, path)
 
 
+@pytest.mark.parametrize("form", ["op", "written"])
 @pytest.mark.parametrize("io", ["float", "int8"])
-def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only(tmp_path, io):
+def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only(tmp_path, io, form):
     """Float I/O (XNNPACK, which has no int8 HARD_SWISH): DEQUANTIZE -> float HARD_SWISH -> QUANTIZE
     at the QDQ model's own output scale; int8 I/O: the 3-op int8 expansion, no float op. Both follow
-    the QDQ model of the same calibration."""
-    src = _hswish_net(tmp_path / "hs.onnx")
+    the QDQ model of the same calibration. A hard-swish written out in ONNX ops (paddle2onnx) gets the
+    same: the tflite scheme prepares it as one HardSwish (before, its x * HardSigmoid(x) form went
+    int8 op by op: MUL, ADD, MUL per hard-swish, with float I/O too)."""
+    src = _hswish_net(tmp_path / "hs.onnx", form)
     out = tmp_path / f"hs_{io}.tflite"
     res = quantize(src, _feeds(16, 0), scheme="tflite", output=out, budget=False, speed_check=False,
                    use_cache=False, workers=1, tflite_io=io)
@@ -219,6 +230,9 @@ def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only
     ops = it._get_ops_details()
     codes = [op["op_name"] for op in ops]
     info = res.report["tflite"]
+    if form == "written":
+        assert res.report["model"]["float_rewrites"] == {"hardswish_op": 2}
+        assert res.report["model"]["opset_upgraded_to"] == 14
     if io == "float":
         assert codes.count("HARD_SWISH") == 2 and info["float_for_xnnpack"] == {"HARD_SWISH": 2}
         assert info["hard_swish_expanded"] == 0
