@@ -13,7 +13,8 @@ role       recognised                                     judged by
 detections ``[N, 4+C, A]`` / ``[N, A, 4+C]`` (A >> 4+C,   box mAP@0.5 vs FP32 (:func:`sdk.corpus.tasks.
            scores in [0, 1]): YOLO heads                  box_map`: FP32's detections are the truth, the
                                                           candidate's ranked by score down to a tenth
-                                                          of the threshold); anchors as boxes where
+                                                          of the threshold, FP32's own boxes in that
+                                                          band ignored); anchors as boxes where
                                                           the box columns are not pixel boxes
 heads      per level a score head ``[N, A, C]`` in       box mAP@0.5 vs FP32 over the decoded boxes
            [0, 1] and a DFL distance head ``[N, A, 4R]``  (DFL expectation x stride around each
@@ -474,7 +475,8 @@ class Detections(Role):
         truth = r_s >= self.CONF
         if not truth.any():
             return 1.0 if not (c_s >= self.CONF).any() else 0.0
-        ranked = c_s >= self.CONF / 10
+        # FP32's own detections under the threshold (same anchor, same class) are ignored, as box_map's ignore
+        ranked = (c_s >= self.CONF / 10) & ~((r_s >= self.CONF / 10) & ~truth & (r_c == c_c))
         aps = []
         for k in np.unique(r_c[truth]):
             mine = ranked & (c_c == k)
@@ -493,7 +495,14 @@ class Detections(Role):
         if not any(len(r) for r in ref):  # nothing to match: the candidate must find nothing either
             cand = self.detections(candidate, self.CONF)
             return 1.0 if not any(len(c) for c in cand) else 0.0
-        return box_map(ref, self.detections(candidate, self.CONF / 10))
+        return box_map(ref, self.detections(candidate, self.CONF / 10), ignore=self._ignored(reference))
+
+    def _ignored(self, reference: Sequence[Any]) -> List[np.ndarray]:
+        """FP32's detections between a tenth of the threshold and the threshold: a candidate box
+        there is neither true nor false (:func:`sdk.corpus.tasks.box_map`'s ``ignore``)."""
+        from ..corpus.tasks import below_threshold
+
+        return [below_threshold(d, self.CONF) for d in self.detections(reference, self.CONF / 10)]
 
     def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
@@ -505,7 +514,8 @@ class Detections(Role):
         ref = self.detections(reference, self.CONF)
         if not any(len(r) for r in ref):
             return super().resampler(reference, candidate)
-        matched = [_match(r, c, 0.5) for r, c in zip(ref, self.detections(candidate, self.CONF / 10))]
+        matched = [_match(r, c, 0.5, i) for r, c, i in zip(ref, self.detections(candidate, self.CONF / 10),
+                                                          self._ignored(reference))]
         return len(matched), lambda pick: map_of_matches([ref[i] for i in pick], [matched[i] for i in pick])
 
 
@@ -556,14 +566,15 @@ class DetectionHeads(Role):
     def resampler(self, reference: Sequence[Any], candidate: Sequence[Any]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
         """Per sample (the list of its heads' arrays), decoded and matched once; a resampling only re-ranks."""
-        from ..corpus.tasks import _match, map_of_matches
+        from ..corpus.tasks import _match, below_threshold, map_of_matches
 
         ref = [self._dets(r, self.CONF) for r in reference]
         cand = [self._dets(c, self.CONF / 10) for c in candidate]
+        ignored = [below_threshold(self._dets(r, self.CONF / 10), self.CONF) for r in reference]
         if not any(len(r) for r in ref):   # nothing to find: the candidate must find nothing either
             none = [self._dets(c, self.CONF) for c in candidate]
             return len(ref), lambda pick: 1.0 if not any(len(none[i]) for i in pick) else 0.0
-        matched = [_match(r, c, 0.5) for r, c in zip(ref, cand)]
+        matched = [_match(r, c, 0.5, i) for r, c, i in zip(ref, cand, ignored)]
         return len(matched), lambda pick: map_of_matches([ref[i] for i in pick], [matched[i] for i in pick])
 
 

@@ -67,6 +67,15 @@ def test_box_map():
     assert tasks.box_map(ref, [np.concatenate([ref[0], stray_last])]) == 1.0
     empty = np.zeros((0, 6), np.float32)
     assert tasks.box_map([empty], [empty]) == 1.0 and tasks.box_map([empty], [ref[0]]) == 0.0
+    # the stray box ranked first is one the reference has too, under its threshold: ignored, not false
+    below = np.array([[40, 40, 50, 50, 0.2, 1]], np.float32)
+    assert tasks.box_map(ref, [np.concatenate([stray_first, ref[0]])], ignore=[below]) == 1.0
+    other = np.array([[40, 40, 50, 50, 0.2, 2]], np.float32)                  # another class: still false
+    assert tasks.box_map(ref, [np.concatenate([stray_first, ref[0]])], ignore=[other]) == pytest.approx(0.75)
+    # an ignored box absorbs one candidate; a true box is matched first, never ignored
+    twice = np.concatenate([stray_first, stray_first, ref[0]])
+    assert tasks.box_map(ref, [twice], ignore=[below]) == pytest.approx((0.5 + 1.0) / 2)
+    assert tasks.box_map(ref, [ref[0][1:]], ignore=[ref[0][:1]]) == pytest.approx(0.5)
 
 
 def test_picodet_task_and_heads_role_decode_the_same_boxes():
