@@ -68,6 +68,16 @@ def cache_dir() -> Path:
     return Path(root) / "calib"
 
 
+
+def _opset_upgrade_why(opset_in: Optional[int], opset_to: int) -> str:
+    """What needed the upgrade: per-channel DequantizeLinear below 13, HardSwish (14) above it."""
+    needs = []
+    if (opset_in or 0) < MIN_OPSET:
+        needs.append("per-channel DequantizeLinear")
+    if opset_to > MIN_OPSET:
+        needs.append("HardSwish")
+    return " and ".join(needs) + (" needs it" if len(needs) == 1 else " need it")
+
 def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]], hardswish_op: bool = False
              ) -> Tuple[Any, Dict[str, Any]]:
     """Load, fold constants (weights in ``Constant`` nodes or behind Identity/Cast/Transpose chains
@@ -460,8 +470,7 @@ class _Run:
         if self.notes.get("opset_upgraded_to"):
             to = self.notes["opset_upgraded_to"]
             self.warnings.append(f"opset upgraded from {self.notes['opset_in']} to {to} ("
-                                 + ("per-channel DequantizeLinear needs it" if to == MIN_OPSET else
-                                    "per-channel DequantizeLinear and HardSwish need it") + ")")
+                                 + _opset_upgrade_why(self.notes['opset_in'], to) + ")")
 
     def _resolve_control_flow(self, m: Any) -> Tuple[Any, Optional[Dict[str, Any]]]:
         """A model whose weighted ops sit inside If branches that the given input values (and

@@ -233,6 +233,7 @@ def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only
     if form == "written":
         assert res.report["model"]["float_rewrites"] == {"hardswish_op": 2}
         assert res.report["model"]["opset_upgraded_to"] == 14
+        assert "opset upgraded from 13 to 14 (HardSwish needs it)" in res.report["warnings"]
     if io == "float":
         assert codes.count("HARD_SWISH") == 2 and info["float_for_xnnpack"] == {"HARD_SWISH": 2}
         assert info["hard_swish_expanded"] == 0
