@@ -14,7 +14,8 @@ and the ratios.
 
 Ours runs with its defaults (``--ours-method``, default ``auto``) and the held-out inputs, the
 task's corpus metric being the budget (``--ours-budget task``; ``default``: the default cosine
-budget; ``none``: no held-out data, calibrate + quantize only, for the time comparison); quantize_static with ``--method`` (default entropy), QDQ, U8S8, per-channel
+budget; ``none``: no held-out data given, as ``sdk quantize m.onnx --calib DIR`` runs: the guard holds out
+part of the calibration samples and checks the default budget on them); quantize_static with ``--method`` (default entropy), QDQ, U8S8, per-channel
 where the opset allows it (13+; below, per-channel DequantizeLinear is invalid: per-tensor).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -67,16 +68,35 @@ def role_ours(a) -> dict:
 
     t0 = time.perf_counter()
     kw: Dict[str, Any] = {"use_cache": False, "allow_slower": True}
+    fixed: Any = ()
+    if a.corpus_name:  # the model's facts a user states on the command line: --input-value, --input-shape, a state
+        from sdk import corpus
+
+        cm = corpus.get(a.corpus_name)
+        fixed = cm.input_values
+        kw.update(input_values=dict(cm.input_values) or None, input_shapes=dict(cm.input_shapes) or None,
+                  sample_axes={k: None for k in cm.carry.values()} or None)
     if a.eval:
-        kw["eval_data"] = load_feeds(a.eval)
-    if a.eval and a.corpus_name:  # the task's own metric as the budget (the issue's thresholds)
+        kw["eval_data"] = [{k: v for k, v in f.items() if k not in fixed} for f in load_feeds(a.eval)]
+    if a.ours_budget == "off":  # no guard, no fallback: what the guard costs in wall time
+        kw["budget"] = False
+    if a.eval and a.ours_budget == "task":  # the task's own metric as the budget (the issue's thresholds)
         kw["task_metric"] = f"corpus:{a.corpus_name}"
         kw["min_task_metric"] = TASK_BUDGET[a.corpus_name]
-    r = quantize(a.model, load_feeds(a.calib), output=a.out, method=a.ours_method, **kw)
+    calib = [{k: v for k, v in f.items() if k not in fixed} for f in load_feeds(a.calib)]
+    r = quantize(a.model, calib, output=a.out, method=a.ours_method, **kw)
     rep = r.report
+    budget = rep.get("budget") or {}
+    precisions: Dict[str, int] = {}
+    for rec in rep.get("layer_precision", {}).values():
+        key = f"{rec['precision']} ({rec['why']})"
+        precisions[key] = precisions.get(key, 0) + 1
     return {"wall_s": time.perf_counter() - t0, "calibration_s": rep["calibration"]["time_s"],
             "layers": rep["layers"], "fallback": len(rep["fallback_layers"]), "failures": r.failures,
-            "latency": rep["latency"], "accuracy": rep["accuracy"]}
+            "latency": rep["latency"], "accuracy": rep["accuracy"], "precisions": precisions,
+            "roles": {k: v["role"] for k, v in (budget.get("roles") or {}).items()},
+            "checked_on": budget.get("checked_on"), "holds": budget.get("holds"),
+            "established": budget.get("established"), "warnings": rep.get("warnings", [])}
 
 
 def role_ort(a) -> dict:
@@ -186,7 +206,15 @@ def latencies_ms(paths: List[Path], feed: Dict[str, np.ndarray], rounds: int,
     from sdk.quantize.speed import latencies_ms as lat
     from sdk.quantize.speed import session
 
-    sessions = [session(str(p)) for p in paths]
+    class Fed:  # each model fed only the inputs it has (a written model holds --input-value as constants)
+        def __init__(self, path: Path):
+            self.sess = session(str(path))
+            self.names = {i.name for i in self.sess.get_inputs()}
+
+        def run(self, outputs: Any, feed: Dict[str, np.ndarray]) -> Any:
+            return self.sess.run(outputs, {k: v for k, v in feed.items() if k in self.names})
+
+    sessions = [Fed(p) for p in paths]
     runs = [lat(sessions, feed, rounds=rounds, round_s=0.3) for _ in range(max(1, repeats))]
     return [float(np.median([r[i] for r in runs])) for i in range(len(paths))], runs
 
@@ -197,12 +225,20 @@ def fusion(path: Path) -> Dict[str, Any]:
     return fusion_report(str(path))
 
 
+def _fed(path: Path, feeds: List[Dict[str, np.ndarray]]) -> List[Dict[str, np.ndarray]]:
+    """The feeds without the inputs a written model took as constants (``--input-value``)."""
+    import onnx
+
+    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+    return [{k: v for k, v in f.items() if k in names} for f in feeds]
+
+
 def task_metric(name: str, paths: List[Path], feeds: List[Dict[str, np.ndarray]]) -> List[float]:
     """The corpus metric of each model in ``paths`` against the first (FP32) on ``feeds``."""
     from sdk import corpus
     from sdk.corpus.tasks import run_reference
 
-    outs = [run_reference(str(p), feeds) for p in paths]
+    outs = [run_reference(str(p), _fed(p, feeds)) for p in paths]
     return [corpus.metric(name, outs[0], o) for o in outs]
 
 
@@ -216,18 +252,38 @@ def bench_model(name: str, a, work: Path) -> Dict[str, Any]:
     save_feeds(cpath, calib)
     save_feeds(epath, ev)
     ours_p, ort_p = work / f"{name}.ours.onnx", work / f"{name}.ort.onnx"
-    common = ["--model", str(model_path), "--calib", str(cpath), "--method", a.method, "--ours-method", a.ours_method]
+    common = ["--model", str(model_path), "--calib", str(cpath), "--method", a.method, "--ours-method", a.ours_method,
+              "--ours-budget", a.ours_budget]
     runs: Dict[str, list] = {"ours": [], "ort": []}
+    ort_failed: Optional[str] = None
     for r in range(max(1, a.repeat)):
         for role in (("ours", "ort") if r % 2 == 0 else ("ort", "ours")):
             extra = ["--out", str(ours_p if role == "ours" else ort_p)]
-            if role == "ours" and a.ours_budget != "none":
-                extra += ["--eval", str(epath)] + (["--corpus-name", name] if a.ours_budget == "task" else [])
-            runs[role].append(run_role(role, common + extra))
-    ours, ort_res = _median_run(runs["ours"]), _median_run(runs["ort"])
-    lat, lat_runs = latencies_ms([model_path, ours_p, ort_p], ev[0], a.rounds, a.latency_repeats)
-    fus = {"ours": fusion(ours_p), "ort": fusion(ort_p)}
-    metric = task_metric(name, [model_path, ours_p, ort_p], ev)
+            if role == "ours" and a.ours_budget not in ("none", "off"):
+                extra += ["--eval", str(epath)]
+            if role == "ours":
+                extra += ["--corpus-name", name]
+            if role == "ort" and ort_failed is not None:
+                continue
+            try:
+                runs[role].append(run_role(role, common + extra))
+            except RoleFailed as exc:
+                if role == "ours":
+                    raise
+                ort_failed = str(exc).strip().splitlines()[-1][:160]  # quantize_static's failure: ours still counts
+                print(f"{name}: quantize_static failed: {ort_failed}", flush=True)
+    ours = _median_run(runs["ours"])
+    paths = [model_path, ours_p] + ([ort_p] if ort_failed is None else [])
+    lat, lat_runs = latencies_ms(paths, ev[0], a.rounds, a.latency_repeats)
+    metric = task_metric(name, paths, ev)
+    fus = {"ours": fusion(ours_p)}
+    if ort_failed is None:
+        ort_res, fus["ort"] = _median_run(runs["ort"]), fusion(ort_p)
+    else:
+        nan = float("nan")
+        ort_res = {"error": ort_failed, "process_wall_s": nan, "peak_rss_mb": nan}
+        fus["ort"] = {"int8_kernels": "-", "stray_qdq_ops": [], "float_with_dq_input": "-", "float_between_int8": []}
+        lat, lat_runs, metric = lat + [nan], [m + [nan] for m in lat_runs], metric + [nan]
     return {"model": name, "ours": ours, "ort": ort_res, "latency_ms": lat, "latency_runs_ms": lat_runs,
             "fusion": fus, "metric": metric}
 
@@ -250,7 +306,16 @@ def print_table(rows: List[Dict[str, Any]]) -> None:
     for r in rows:
         fp, ours, ort_m = r["metric"]
         print(f"  {r['model']:<24}{fp:.3f} / {ours:.3f} / {ort_m:.3f}"
-              f"   (ours: {r['ours']['fallback']} layers in float, failures: {r['ours']['failures'] or 'none'})")
+              f"   (ours: {r['ours']['fallback']} layers in float, failures: {r['ours']['failures'] or 'none'})"
+              + (f"\n  {'':<24}quantize_static failed: {r['ort']['error']}" if r["ort"].get("error") else ""))
+    print("the budget (ours): each output's role; checked on what; holds / established; layers per precision (why):")
+    for r in rows:
+        o = r["ours"]
+        roles = ", ".join(f"{k}: {v}" for k, v in o["roles"].items()) or "-"
+        print(f"  {r['model']:<24}{roles}\n  {'':<24}on {o['checked_on']}; holds {o['holds']}, "
+              f"established {o['established']}")
+        for why, n in sorted(o["precisions"].items(), key=lambda kv: -kv[1]):
+            print(f"  {'':<24}{n:>4}  {why}")
     print("Q/DQ serving no int8 kernel around float ops / float Conv-MatMul-Gemm fed by DQ / float ops between"
           " two int8 kernels, in ORT's optimized graph:")
     for r in rows:
@@ -282,9 +347,10 @@ def main() -> None:
     ap.add_argument("--method", default="entropy", choices=["entropy", "minmax", "percentile"],
                     help="quantize_static's calibration method")
     ap.add_argument("--ours-method", default="auto", help="our method (default: auto)")
-    ap.add_argument("--ours-budget", default="task", choices=["task", "default", "none"],
+    ap.add_argument("--ours-budget", default="task", choices=["task", "default", "none", "off"],
                     help="ours with the held-out inputs and the task metric as budget (task), with the default "
-                         "cosine budget (default), or without held-out data (none: calibrate + quantize only)")
+                         "cosine budget (default), or without held-out data (none: the guard holds out part of --n; "
+                         "off: no guard and no fallback, for the guard's cost in wall time)")
     ap.add_argument("--corpus-name", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=16, help="calibration images")
     ap.add_argument("--eval-n", type=int, default=48,
@@ -319,7 +385,9 @@ def main() -> None:
         except RoleFailed as exc:  # e.g. quantize_static killed for memory: say so, go on with the others
             print(f"skipped {name}: {exc}", flush=True)
             continue
-        print(f"done {name}", flush=True)
+        with open(work / "rows.jsonl", "a") as f:
+            f.write(json.dumps(rows[-1], default=str) + "\n")
+        print(f"done {name} ({work / 'rows.jsonl'})", flush=True)
     print_table(rows)
     ratios: List[Tuple[str, float, float]] = [(r["model"], r["ours"]["process_wall_s"] / r["ort"]["process_wall_s"],
                                                r["ours"]["peak_rss_mb"] / r["ort"]["peak_rss_mb"]) for r in rows]

@@ -425,8 +425,10 @@ class LogFeature(Role):
 class Detections(Role):
     """A YOLO-style head: per anchor 4 box values then class scores (``layout``: ``"channels"`` for
     ``[N, 4+C, A]``, ``"anchors"`` for ``[N, A, 4+C]``). Boxes ``cx, cy, w, h`` where they are
-    pixel boxes (``boxes="xywh"``), else each anchor is its own box (``boxes="anchor"``: raw grid
-    offsets, log sizes)."""
+    pixel boxes (``boxes="xywh"``); a YOLOX head before its decode (grid offsets, log sizes,
+    objectness, classes) placed on the input image's grids (``boxes="grid"``, ``levels``
+    ``[[rows, cols, stride], ...]``) decoded as YOLOX does; else each anchor is its own box
+    (``boxes="anchor"``)."""
 
     name = "detections"
     metric = "box mAP@0.5 vs FP32"
@@ -435,11 +437,17 @@ class Detections(Role):
     IOU = 0.45
 
     def _dets(self, out: np.ndarray, conf: float) -> np.ndarray:
-        from ..corpus.tasks import _classwise_nms
+        from ..corpus.tasks import _classwise_nms, yolox_boxes
 
         pred = _f64(out)[0]
         if self.params.get("layout", "channels") == "channels":
             pred = pred.T
+        if self.params.get("boxes") == "grid":  # a YOLOX head before its decode, placed on its grids
+            boxes, scores = yolox_boxes(pred, self.params["levels"])
+            cls = scores.argmax(1)
+            best = scores[np.arange(len(cls)), cls]
+            m = best >= conf
+            return _classwise_nms(boxes[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
         scores = pred[:, self.params.get("first_score", 4):]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
@@ -488,7 +496,7 @@ class Detections(Role):
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
         from ..corpus.tasks import box_map
 
-        if self.params.get("boxes", "xywh") != "xywh" and all(np.shape(r) == np.shape(c)
+        if self.params.get("boxes", "xywh") == "anchor" and all(np.shape(r) == np.shape(c)
                                                               for r, c in zip(reference, candidate)):
             return self._anchor_map(reference, candidate)
         ref = self.detections(reference, self.CONF)
@@ -507,7 +515,7 @@ class Detections(Role):
     def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
         """Per image (batches split), detected and matched once; a resampling only re-ranks."""
-        if self.params.get("boxes", "xywh") != "xywh":
+        if self.params.get("boxes", "xywh") == "anchor":
             return super().resampler(reference, candidate)
         from ..corpus.tasks import _match, map_of_matches
 
@@ -655,7 +663,8 @@ def _distributions(x: np.ndarray) -> bool:
     return _unit(x) and bool(np.allclose(x.sum(-1), 1.0, atol=1e-3))
 
 
-def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]]) -> Tuple[str, Dict[str, Any]]:
+def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]],
+               size: Optional[Tuple[int, int]] = None) -> Tuple[str, Dict[str, Any]]:
     if hint and hint.get("role"):
         return str(hint["role"]), {k: v for k, v in hint.items() if k != "role"}
     x = np.asarray(samples[0])
@@ -677,7 +686,7 @@ def _infer_one(samples: Sequence[np.ndarray], hint: Optional[Mapping[str, Any]])
                 # in float where its task mAP needs about 42
                 return "cosine", {}
             if _unit(pred[:, 4:]):
-                return "detections", _detection_params(samples)
+                return "detections", _detection_params(samples, size)
         if x.shape[-1] > 1 and (_distributions(x) or (x.shape[1] == 1 and x.shape[-1] >= 10)):
             return "classes", {}                      # softmax rows per position, or [T, 1, C] CTC logits
     if x.ndim == 4 and (x.shape[1] == 1 or x.shape[-1] == 1) and x.shape[2] > 1 and _unit(allv):
@@ -717,16 +726,17 @@ def infer_roles(names: Sequence[str], reference: Sequence[Mapping[str, np.ndarra
         if name in roles:
             continue
         samples = [r[name] for r in reference if name in r]
-        role, params = _infer_one(samples, (hints or {}).get(name)) if samples else ("cosine", {})
+        role, params = _infer_one(samples, (hints or {}).get(name), size) if samples else ("cosine", {})
         if name in overrides and overrides[name] != role:
             role = overrides[name]
-            params = _detection_params(samples) if role == "detections" and samples else {}
+            params = _detection_params(samples, size) if role == "detections" and samples else {}
         roles[name] = get_role(role, **params)
     return roles
 
 
-def _detection_params(samples: Sequence[np.ndarray]) -> Dict[str, Any]:
-    """Layout and box kind of an output the user called ``detections``."""
+def _detection_params(samples: Sequence[np.ndarray], size: Optional[Tuple[int, int]] = None) -> Dict[str, Any]:
+    """Layout and box kind of a detector's output (``size``: the input image's, which places a
+    YOLOX head's anchors on their grids)."""
     x = np.asarray(samples[0])
     if x.ndim != 3:
         raise InputError(f"an output of shape {list(x.shape)} cannot be read as detections",
@@ -734,5 +744,39 @@ def _detection_params(samples: Sequence[np.ndarray]) -> Dict[str, Any]:
     channels = x.shape[1] < x.shape[2]
     pred = np.concatenate([np.asarray(s, np.float64)[0] for s in samples], 1 if channels else 0)
     pred = pred.T if channels else pred
-    wh_ok = float(np.mean(pred[:, 2:4] >= 0)) >= 0.99 and float(np.max(pred[:, :4])) > 1.5
-    return {"layout": "channels" if channels else "anchors", "boxes": "xywh" if wh_ok else "anchor"}
+    layout = "channels" if channels else "anchors"
+    # pixel boxes: sizes >= 0 and centres spread over the image. A YOLOX head before its decode holds
+    # grid offsets and log sizes (ddddocr-det: centres within -1.1..2.2, 99.7% of the log sizes >= 0),
+    # and read as pixel boxes most are no box at all: FP32 against itself scored mAP 0.84
+    wh_ok = float(np.mean(pred[:, 2:4] >= 0)) >= 0.99 and float(np.max(pred[:, :4])) > 1.5 \
+        and min(float(np.ptp(pred[:, 0])), float(np.ptp(pred[:, 1]))) > _MIN_CENTRE_SPREAD_PX
+    if wh_ok and Detections(layout=layout, boxes="xywh").score(samples, samples) < 1.0:
+        wh_ok = False  # boxes that do not even match themselves are not boxes
+    if wh_ok:
+        return {"layout": layout, "boxes": "xywh"}
+    levels = _yolox_levels(pred, x.shape[2] if channels else x.shape[1], size)
+    if levels is not None:
+        return {"layout": layout, "boxes": "grid", "levels": levels}
+    return {"layout": layout, "boxes": "anchor"}
+
+
+#: the stride sets of YOLOX heads (P3-P5, and P3-P6), one anchor per grid cell
+YOLOX_STRIDES = ((8, 16, 32), (8, 16, 32, 64))
+
+
+def _yolox_levels(pred: np.ndarray, anchors: int, size: Optional[Tuple[int, int]]) -> Optional[List[List[int]]]:
+    """``[[rows, cols, stride], ...]`` where ``pred`` (samples' anchors x (4 + 1 + C), raw) is a YOLOX
+    head of ``anchors`` per image of ``size``: one anchor per cell of the stride-8, 16, 32 (64) grids, objectness
+    and class scores in [0, 1]; else None (YOLOv5/7 raw heads hold 3 anchors per cell)."""
+    if size is None or pred.shape[1] < 6 or not _unit(pred[:, 4:]):
+        return None
+    h, w = size
+    for strides in YOLOX_STRIDES:
+        levels = [[math.ceil(h / s), math.ceil(w / s), s] for s in strides]
+        if sum(r * c for r, c, _ in levels) == anchors:
+            return levels
+    return None
+
+
+#: the least spread (px) of a detector's box centres over its anchors for them to be read as pixel boxes
+_MIN_CENTRE_SPREAD_PX = 16.0

@@ -271,22 +271,27 @@ class YoloXDetect(_Detector):
         return feeds
 
     def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
-        pred = np.array(outputs[0], np.float32)[0]
-        grids, strides = [], []
-        for s in (8, 16, 32):
-            g = self.size // s
-            xv, yv = np.meshgrid(np.arange(g), np.arange(g))
-            grids.append(np.stack([xv, yv], 2).reshape(-1, 2))
-            strides.append(np.full((g * g, 1), s))
-        grid, stride = np.concatenate(grids), np.concatenate(strides)
-        xy = (pred[:, :2] + grid) * stride
-        wh = np.exp(np.clip(pred[:, 2:4], -20, 20)) * stride
-        scores = pred[:, 4:5] * pred[:, 5:]
+        levels = [(self.size // s, self.size // s, s) for s in (8, 16, 32)]
+        boxes, scores = yolox_boxes(np.array(outputs[0], np.float32)[0], levels)
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
         m = best > (self.conf if conf is None else conf)
-        boxes = np.concatenate([xy[m] - wh[m] / 2, xy[m] + wh[m] / 2], 1)
-        return _classwise_nms(boxes, best[m], np.zeros(int(m.sum())), self.iou)
+        return _classwise_nms(boxes[m], best[m], np.zeros(int(m.sum())), self.iou)
+
+
+def yolox_boxes(pred: np.ndarray, levels: Sequence[Sequence[int]]) -> Tuple[np.ndarray, np.ndarray]:
+    """A YOLOX head before its decode, ``[A, 4 + 1 + C]`` (grid offsets, log sizes, objectness,
+    class scores; A the cells of ``levels`` ``(rows, cols, stride)`` in order, row-major): each
+    anchor's box ``[x1, y1, x2, y2]`` in input pixels and its class scores (objectness x class)."""
+    grids, strides = [], []
+    for rows, cols, s in levels:
+        xv, yv = np.meshgrid(np.arange(cols), np.arange(rows))
+        grids.append(np.stack([xv, yv], 2).reshape(-1, 2))
+        strides.append(np.full((rows * cols, 1), s))
+    grid, stride = np.concatenate(grids), np.concatenate(strides)
+    xy = (pred[:, :2] + grid) * stride
+    wh = np.exp(np.clip(pred[:, 2:4], -20, 20)) * stride
+    return np.concatenate([xy - wh / 2, xy + wh / 2], 1), pred[:, 4:5] * pred[:, 5:]
 
 
 @register_task("picodet-detect")

@@ -54,6 +54,64 @@ def test_roles_recognised_from_shapes_and_values():
         infer_roles(list(ref[0]), ref, overrides={"nope": "mask"})
 
 
+def test_a_yolox_head_before_its_decode_is_read_as_anchors_not_pixel_boxes():
+    """ddddocr-det's raw head: grid offsets (-1.1..2.2) and log sizes, 99.7% of them >= 0. Read as
+    pixel boxes most were no box, and FP32 scored against itself mAP 0.84: the default budget then
+    failed with every layer in float."""
+    rng = np.random.default_rng(3)
+    ref = []
+    for _ in range(3):
+        pred = np.zeros((1, 3549, 6), np.float32)
+        pred[0, :, :2] = rng.uniform(-1.1, 2.2, (3549, 2))
+        pred[0, :, 2:4] = rng.uniform(0.0, 2.0, (3549, 2))
+        pred[0, :10, 2] = -0.3                                  # a few log sizes under 0
+        pred[0, :, 4] = rng.uniform(0, 1e-3, 3549)
+        pred[0, rng.choice(3549, 20, replace=False), 4] = rng.uniform(0.5, 1.0, 20)   # objects
+        pred[0, :, 5] = rng.uniform(0.02, 0.9, 3549)
+        ref.append({"output": pred})
+    outs = [r["output"] for r in ref]
+    role = infer_roles(["output"], ref)["output"]            # no input image to place the anchors on
+    assert role.name == "detections" and role.params == {"layout": "anchors", "boxes": "anchor"}
+    assert role.score(outs, outs) == 1.0
+    # a 416 x 416 input: 52x52 + 26x26 + 13x13 = 3549 cells, one anchor each: decoded as YOLOX does
+    role = infer_roles(["output"], ref, size=(416, 416))["output"]
+    assert role.params == {"layout": "anchors", "boxes": "grid", "levels": [[52, 52, 8], [26, 26, 16], [13, 13, 32]]}
+    assert role.score(outs, outs) == 1.0
+    from sdk.corpus.tasks import YoloXDetect
+    task = YoloXDetect()
+    for o in outs:   # the corpus task's decoder is the role's (at the role's threshold)
+        assert len(task.decode([o], conf=0.3)) >= 5
+        np.testing.assert_allclose(role.detections([o], 0.3)[0], task.decode([o], conf=0.3), rtol=1e-5, atol=1e-4)
+    # a confident anchor's box moved by a cell: one box of the decoded set lost, not an anchor of 3549
+    hot = int(np.argmax(outs[0][0, :, 4] * outs[0][0, :, 5]))
+    moved = [o.copy() for o in outs]
+    moved[0][0, hot, 0] += 3.0
+    assert role.score(outs, moved) < 1.0
+
+
+@pytest.mark.parametrize("name", ["nudenet-320n", "ddddocr-det", "layout-cdla"])
+def test_corpus_detectors_roles_score_fp32_against_itself_as_one(name):
+    """The role read from FP32's outputs, on three seeds' samples, scores FP32 against itself 1.0:
+    a role that does not is a misread (ddddocr-det's raw head read as pixel boxes: 0.84)."""
+    from sdk import corpus
+    from sdk.corpus.tasks import run_reference
+    from sdk.quantize.roles import image_size
+
+    src = str(corpus.fetch([name])[name])
+    out_names = [o.name for o in onnx.load(src, load_external_data=False).graph.output]
+    for seed in (0, 1, 2):
+        feeds = corpus.sample_inputs(name, 6, seed=seed)
+        ref = [dict(zip(out_names, o)) for o in run_reference(src, feeds)]
+        roles = infer_roles(out_names, ref, size=image_size(feeds[0]))
+        for out, role in roles.items():
+            assert role.name in ("detections", "heads"), (out, role.name)
+            outs = [[r[n] for n in role.outputs] for r in ref] if role.name == "heads" \
+                else [r[out] for r in ref]
+            assert role.score(outs, outs) == 1.0, (seed, out, role.name, role.params)
+            if name == "ddddocr-det":
+                assert role.params["boxes"] == "grid"
+
+
 def test_detections_role_reads_boxes_where_cosine_does_not():
     """One box of six moved by its own width: the whole tensor's cosine barely moves (the box
     columns dominate it), the detection role's mAP drops by about a sixth."""
