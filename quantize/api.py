@@ -997,7 +997,7 @@ def _established(budget: Any, result: Mapping[str, Any]) -> Optional[bool]:
 def _checked_on(held_out: Any, samples: int) -> str:
     if held_out is None:
         return f"{samples} --eval samples"
-    return f"{samples} held-out calibration samples (the last ones, never used for ranges)"
+    return f"{samples} held-out calibration samples ({getattr(held_out, 'how', 'the last ones')}, never used for ranges)"
 
 
 def _budget(cfg: QuantizeConfig, held_out: bool = False) -> Any:

@@ -1,5 +1,12 @@
-"""The accuracy guard of a run without held-out data: the last part of the calibration data is held
-out (never used for ranges) and the default budget is checked on it.
+"""The accuracy guard of a run without held-out data: part of the calibration data is held out (never
+used for ranges) and the default budget is checked on it.
+
+The held-out samples are spread evenly over the data where it can be cut sample by sample (an image
+folder of one image per file, an in-memory list of feeds): data in a user's order (by name, by time, by
+source) holds its easy and hard parts together, and its tail alone is no fair test. On PP-OCRv4's
+recognizer the last 16 of 80 corpus lines scored 1-CER 0.990 while the 64 before them scored 0.970;
+held out that way, the run kept to the budget on them and read 0.935 / 0.968 on unseen lines, held out
+spread 0.984 / 0.987. Array files (``.npy``/``.npz``, sharded by rows across workers) keep the last part.
 
 ``split(source)`` returns ``(calibration part, held-out part, None)`` or ``(source, None, why)`` when
 there are too few samples (or their number is unknown) to hold out :data:`MIN_HELD_OUT` and keep
@@ -12,7 +19,7 @@ import functools
 import hashlib
 import itertools
 import math
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 __all__ = ["split", "HELD_OUT_FRACTION", "MIN_HELD_OUT", "MIN_CALIBRATION"]
 
@@ -24,18 +31,19 @@ MIN_HELD_OUT = 8
 MIN_CALIBRATION = 8
 
 
-def _fingerprint(base: Optional[str], keep: int) -> Optional[str]:
-    """The calibration part's fingerprint: the data's and how many samples of it the ranges read."""
-    return None if base is None else hashlib.sha256(f"{base}\0first {keep}".encode()).hexdigest()
+def _fingerprint(base: Optional[str], part: str) -> Optional[str]:
+    """The calibration part's fingerprint: the data's and which of its samples the ranges read."""
+    return None if base is None else hashlib.sha256(f"{base}\0{part}".encode()).hexdigest()
 
 
 class _Tail:
-    """Samples ``[skip, ...)`` of a source, with its input specs (the evaluation source)."""
+    """Samples ``[skip, ...)`` of a source, with its input specs (the evaluation source); ``how``: which
+    samples of the calibration data they are, in words."""
 
     description = "held-out calibration samples"
 
-    def __init__(self, source: Any, skip: int, count: int):
-        self.source, self.skip, self.count = source, skip, count
+    def __init__(self, source: Any, skip: int, count: int, how: str = "the last ones"):
+        self.source, self.skip, self.count, self.how = source, skip, count, how
         self.specs = getattr(source, "specs", [])
         self.skipped = 0
         self.warnings: list = []
@@ -71,6 +79,9 @@ def split(source: Any) -> Tuple[Any, Optional[Any], Optional[str]]:
     keep = n - held
     if not hasattr(source, "limit"):
         return source, None, "the calibration data cannot be cut"
+    spread = _split_spread(source, n, held)
+    if spread is not None:
+        return spread[0], spread[1], None
     head = copy.copy(source)
     head.limit = keep if source.limit is None else min(source.limit, keep)
     from ..sources import ImageFolderSource
@@ -80,5 +91,52 @@ def split(source: Any) -> Tuple[Any, Optional[Any], Optional[str]]:
         # shard its own files (Ray: the limit is per shard there) reads none of the held-out ones
         head.files = list(source.files[:keep])
     head.fingerprint = functools.partial(_fingerprint, source.fingerprint() if hasattr(source, "fingerprint") else None,
-                                         keep)
+                                         f"first {keep}")
     return head, _Tail(source, keep, held), None
+
+
+def spread_indices(n: int, held: int) -> List[int]:
+    """``held`` of the indices ``0..n-1``, evenly spread: the middle of each of ``held`` equal stretches."""
+    return [int((k + 0.5) * n / held) for k in range(held)]
+
+
+def _split_spread(source: Any, n: int, held: int) -> Optional[Tuple[Any, _Tail]]:
+    """``(calibration part, held-out part)`` with the held-out samples spread over the data, where the
+    source holds one sample per file (an image folder) or per item of a list; else None."""
+    from ..sources import ImageFolderSource, IterableSource
+
+    if isinstance(source, ImageFolderSource) and len(source.files) == n:
+        field = "files"
+    elif isinstance(source, IterableSource) and isinstance(source.iterable, (list, tuple)) \
+            and len(source.iterable) == n and _one_sample_each(source):
+        field = "iterable"
+    else:
+        return None
+    items = list(getattr(source, field))
+    picked = spread_indices(n, held)
+    chosen = set(picked)
+    head, rest = copy.copy(source), copy.copy(source)
+    setattr(head, field, [x for i, x in enumerate(items) if i not in chosen])
+    setattr(rest, field, [items[i] for i in picked])
+    head.limit, rest.limit = n - held, None
+    head.fingerprint = functools.partial(_fingerprint, source.fingerprint() if hasattr(source, "fingerprint") else None,
+                                         "without " + ",".join(map(str, picked)))
+    every = n / held
+    how = f"spread over the data, about one in {every:.0f}" if every >= 1.5 else "spread over the data"
+    return head, _Tail(rest, 0, held, how)
+
+
+def _one_sample_each(source: Any) -> bool:
+    """Whether each item of an in-memory list is one sample (its first item tells: a batch of several
+    splits into several samples, and then items and samples do not line up)."""
+    first: Any = source.iterable[0] if len(source.iterable) else None
+    feed: Any = first[0] if isinstance(first, tuple) and len(first) == 2 else first
+    if not isinstance(feed, Mapping):
+        return False
+    axes = getattr(source, "sample_axes", {}) or {}
+    try:
+        sizes = {int(getattr(v, "shape", (1,))[axes.get(k) or 0] if getattr(v, "ndim", 0) else 1)
+                 for k, v in feed.items() if not (k in axes and axes[k] is None)}
+    except (IndexError, TypeError):
+        return False
+    return sizes <= {1}

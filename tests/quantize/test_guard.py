@@ -1,5 +1,5 @@
-"""The guard on every quantize run (issue 21, item 1): without --eval, the last part of the calibration
-data is held out (never used for ranges) and the default budget is checked on it; too few samples is
+"""The guard on every quantize run (issue 21, item 1): without --eval, part of the calibration data
+(spread over it where it can be cut sample by sample, else its last part) is held out (never used for ranges) and the default budget is checked on it; too few samples is
 one warning line, ``budget.checked: false``, and a failure under --strict."""
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
+from sdk.preprocess import PreprocessSpec
 from sdk.quantize import quantize
 from sdk.quantize.guard import split
 from sdk.sources import open_source
@@ -21,12 +23,14 @@ def _specs():
     return [TensorSpec("x", (1, 3, 12, 12), "float32")]
 
 
-def test_split_holds_out_the_last_fifth_at_least_8():
+def test_split_holds_out_a_fifth_at_least_8_spread_over_the_data():
     data = [{"x": np.full((1, 3, 12, 12), i, np.float32)} for i in range(48)]
     head, held, why = split(open_source(data, _specs()))
     assert why is None and len(head) == 38 and len(held) == 10
-    assert [int(f["x"].flat[0]) for f in head] == list(range(38))           # the ranges read these only
-    assert [int(f["x"].flat[0]) for f, _ in held.samples()] == list(range(38, 48))
+    picked = [2, 7, 12, 16, 21, 26, 31, 36, 40, 45]                           # one in about 5, not the tail
+    assert [int(f["x"].flat[0]) for f, _ in held.samples()] == picked
+    assert [int(f["x"].flat[0]) for f in head] == [i for i in range(48) if i not in picked]  # the ranges read these only
+    assert held.how == "spread over the data, about one in 5"
     head, held, _ = split(open_source(data[:20], _specs()))
     assert len(head) == 12 and len(held) == 8                                  # 20% of 20 is 4: at least 8
     src = open_source(data[:15], _specs())
@@ -34,6 +38,29 @@ def test_split_holds_out_the_last_fifth_at_least_8():
     assert same is src and none is None and "15 calibration samples are too few" in why
     _, none, why = split(open_source(iter(data), _specs()))
     assert none is None and "how many samples" in why
+
+
+def test_array_files_keep_the_last_part_held_out(tmp_path):
+    """.npy/.npz rows are sharded by position across workers: their held-out part stays the tail."""
+    np.savez(tmp_path / "c.npz", x=np.arange(20, dtype=np.float32)[:, None, None, None] * np.ones((1, 3, 12, 12), np.float32))
+    head, held, _ = split(open_source(str(tmp_path / "c.npz"), _specs()))
+    assert [int(f["x"].flat[0]) for f in head] == list(range(12))
+    assert [int(f["x"].flat[0]) for f, _ in held.samples()] == list(range(12, 20)) and held.how == "the last ones"
+
+
+def test_an_image_folder_holds_out_files_spread_over_it(tmp_path):
+    """One image per file: the held-out files are spread over the folder's order, and the calibration
+    part no longer lists them (an executor that ships files to workers reads none of them)."""
+    cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is not installed")
+    for i in range(20):
+        cv2.imwrite(str(tmp_path / f"img{i:02d}.png"), np.full((12, 12, 3), 10 * i, np.uint8))
+    src = open_source(str(tmp_path), _specs(), PreprocessSpec(size=(12, 12), std=(1.0, 1.0, 1.0)))
+    head, held, _ = split(src)
+    picked = [1, 3, 6, 8, 11, 13, 16, 18]
+    assert [f.name for f in held.source.files] == [f"img{i:02d}.png" for i in picked]
+    assert [f.name for f in head.files] == [f"img{i:02d}.png" for i in range(20) if i not in picked]
+    assert [round(float(f["x"].max())) for f, _ in held.samples()] == [10 * i for i in picked]
+    assert len(list(head)) == 12 and head.fingerprint() != src.fingerprint()
 
 
 def test_split_fingerprint_differs_from_the_whole(residual_calib):
