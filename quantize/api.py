@@ -68,7 +68,6 @@ def cache_dir() -> Path:
     return Path(root) / "calib"
 
 
-
 def _opset_upgrade_why(opset_in: Optional[int], opset_to: int) -> str:
     """What needed the upgrade: per-channel DequantizeLinear below 13, HardSwish (14) above it."""
     needs = []
@@ -77,6 +76,7 @@ def _opset_upgrade_why(opset_in: Optional[int], opset_to: int) -> str:
     if opset_to > MIN_OPSET:
         needs.append("HardSwish")
     return " and ".join(needs) + (" needs it" if len(needs) == 1 else " need it")
+
 
 def _prepare(model: Any, input_shapes: Optional[Mapping[str, Sequence[int]]], hardswish_op: bool = False
              ) -> Tuple[Any, Dict[str, Any]]:
@@ -997,7 +997,7 @@ def _established(budget: Any, result: Mapping[str, Any]) -> Optional[bool]:
 def _checked_on(held_out: Any, samples: int) -> str:
     if held_out is None:
         return f"{samples} --eval samples"
-    return f"{samples} held-out calibration samples ({getattr(held_out, 'how', 'the last ones')}, never used for ranges)"
+    return f"{samples} held-out calibration samples ({held_out.how}, never used for ranges)"
 
 
 def _budget(cfg: QuantizeConfig, held_out: bool = False) -> Any:

@@ -77,19 +77,13 @@ def split(source: Any) -> Tuple[Any, Optional[Any], Optional[str]]:
     keep = n - held
     if not hasattr(source, "limit"):
         return source, None, "the calibration data cannot be cut"
-    spread = _split_spread(source, n, held)
+    base = source.fingerprint() if hasattr(source, "fingerprint") else None
+    spread = _split_spread(source, n, held, base)
     if spread is not None:
         return spread[0], spread[1], None
     head = copy.copy(source)
     head.limit = keep if source.limit is None else min(source.limit, keep)
-    from ..sources import ImageFolderSource
-
-    if isinstance(source, ImageFolderSource) and len(source.files) == n:
-        # one sample per file (an image folder): cut the files too, so an executor that ships each
-        # shard its own files (Ray: the limit is per shard there) reads none of the held-out ones
-        head.files = list(source.files[:keep])
-    head.fingerprint = functools.partial(_fingerprint, source.fingerprint() if hasattr(source, "fingerprint") else None,
-                                         f"first {keep}")
+    head.fingerprint = functools.partial(_fingerprint, base, f"first {keep}")
     return head, _Tail(source, keep, held), None
 
 
@@ -98,9 +92,11 @@ def spread_indices(n: int, held: int) -> List[int]:
     return [int((k + 0.5) * n / held) for k in range(held)]
 
 
-def _split_spread(source: Any, n: int, held: int) -> Optional[Tuple[Any, _Tail]]:
+def _split_spread(source: Any, n: int, held: int, base: Optional[str]) -> Optional[Tuple[Any, _Tail]]:
     """``(calibration part, held-out part)`` with the held-out samples spread over the data, where the
-    source holds one sample per file (an image folder) or per item of a list; else None."""
+    source holds one sample per file (an image folder: the held-out files leave the part's file list,
+    so an executor that ships each shard its own files reads none of them) or per item of a list;
+    else None. ``base``: the source's fingerprint."""
     from ..sources import ImageFolderSource, IterableSource
 
     if isinstance(source, ImageFolderSource) and len(source.files) == n:
@@ -117,24 +113,23 @@ def _split_spread(source: Any, n: int, held: int) -> Optional[Tuple[Any, _Tail]]
     setattr(head, field, [x for i, x in enumerate(items) if i not in chosen])
     setattr(rest, field, [items[i] for i in picked])
     head.limit, rest.limit = n - held, None
-    head.fingerprint = functools.partial(_fingerprint, source.fingerprint() if hasattr(source, "fingerprint") else None,
-                                         "without " + ",".join(map(str, picked)))
+    head.fingerprint = functools.partial(_fingerprint, base, "without " + ",".join(map(str, picked)))
     every = n / held
     how = f"spread over the data, about one in {every:.0f}" if every >= 1.5 else "spread over the data"
     return head, _Tail(rest, 0, held, how)
 
 
 def _one_sample_each(source: Any) -> bool:
-    """Whether each item of an in-memory list is one sample (its first item tells: a batch of several
-    splits into several samples, and then items and samples do not line up)."""
+    """Whether each item of an in-memory list is one sample (its first item tells, split as the
+    source splits it: a batch of several is several samples, and then items and samples do not line up)."""
+    from ..errors import InputError
+    from ..sources import _split_rows
+
     first: Any = source.iterable[0] if len(source.iterable) else None
     feed: Any = first[0] if isinstance(first, tuple) and len(first) == 2 else first
     if not isinstance(feed, Mapping):
         return False
-    axes = getattr(source, "sample_axes", {}) or {}
     try:
-        sizes = {int(getattr(v, "shape", (1,))[axes.get(k) or 0] if getattr(v, "ndim", 0) else 1)
-                 for k, v in feed.items() if not (k in axes and axes[k] is None)}
-    except (IndexError, TypeError):
+        return sum(1 for _ in _split_rows(0, feed, None, source.values, source.sample_axes)) == 1
+    except InputError:   # the calibration itself says what is wrong with it
         return False
-    return sizes <= {1}

@@ -442,16 +442,16 @@ class Detections(Role):
         pred = _f64(out)[0]
         if self.params.get("layout", "channels") == "channels":
             pred = pred.T
-        if self.params.get("boxes") == "grid":  # a YOLOX head before its decode, placed on its grids
-            boxes, scores = yolox_boxes(pred, self.params["levels"])
-            cls = scores.argmax(1)
-            best = scores[np.arange(len(cls)), cls]
-            m = best >= conf
-            return _classwise_nms(boxes[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
-        scores = pred[:, self.params.get("first_score", 4):]
+        grid = self.params.get("boxes") == "grid"  # a YOLOX head before its decode, placed on its grids
+        if grid:
+            decoded, scores = yolox_boxes(pred, self.params["levels"])
+        else:
+            scores = pred[:, self.params.get("first_score", 4):]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
         m = best >= conf
+        if grid:
+            return _classwise_nms(decoded[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
         if self.params.get("boxes", "xywh") == "xywh":
             cx, cy, w, h = pred[m, 0], pred[m, 1], pred[m, 2], pred[m, 3]
             boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
