@@ -19,7 +19,7 @@ with fixed input values: against the model specialized for them, ``sdk convert -
 the quantizer's full-integer ``.tflite`` (``--target tflite``) scored as ``--int8`` scores the ``.onnx``;
 a model the converter cannot take gets its one-line reason.
 
-Usage: sudo python benchmarks/arm_corpus.py [--models a,b] [--samples 2] [--int8] [--tflite] [--budget default|task]
+Usage: sudo python benchmarks/arm_corpus.py [--models a,b] [--samples 2] [--int8] [--tflite] [--budget default|task] [--for-board]
        [--json out.json]
 """
 from __future__ import annotations
@@ -62,6 +62,9 @@ def main() -> None:
     ap.add_argument("--budget", default="default", choices=["default", "task"],
                     help="INT8 with the quantizer's defaults, or with the task metric as the budget (TASK_BUDGET) "
                          "on 16 held-out corpus samples")
+    ap.add_argument("--for-board", action="store_true",
+                    help="quantize for the board's CPU (Board.cpu(), as `sdk quantize --board NAME`): "
+                         "the guard then judges the exact int8 arithmetic (Q/DQ unfused), not this host's kernels")
     ap.add_argument("--tflite", action="store_true",
                     help="float .tflite from the converter (validate) and INT8 .tflite from the quantizer")
     args = ap.parse_args()
@@ -94,7 +97,7 @@ def main() -> None:
                     print(name, "float .tflite", json.dumps(rows[name]["float .tflite"]), flush=True)
                 for label, suffix in (("int8 .onnx", ".onnx"),) * args.int8 + (("int8 .tflite", ".tflite"),) * args.tflite:
                     rows[name][label] = _int8_row(name, Path(paths[name]), tmp, args.samples, suffix, args.budget,
-                                                  args.eval_samples)
+                                                  args.eval_samples, args.for_board)
                     print(name, label, json.dumps(rows[name][label]), flush=True)
                 continue
             src = Path(paths[name])
@@ -186,9 +189,9 @@ def _unseen(name: str, src: Path, samples: int, most: int = 24) -> tuple:
 
 
 def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onnx", budget: str = "default",
-              eval_samples: int = 16) -> dict:
-    """Quantize on the host (defaults; ``suffix`` .tflite: the tflite scheme's full-integer file), run on
-    the board sample by sample, score against host FP32."""
+              eval_samples: int = 16, for_board: bool = False) -> dict:
+    """Quantize on the host (defaults; ``suffix`` .tflite: the tflite scheme's full-integer file;
+    ``for_board``: for the board's CPU), run on the board sample by sample, score against host FP32."""
     from sdk import corpus
     from sdk.errors import EdgeSDKError
     from sdk.quantize import quantize
@@ -208,6 +211,11 @@ def _int8_row(name: str, src: Path, tmp: Path, samples: int, suffix: str = ".onn
                                    for f in corpus.sample_inputs(name, eval_samples, seed=1)],
                         task_metric=f"corpus:{name}", min_task_metric=TASK_BUDGET[cm.task])
             row.update(min_task_metric=TASK_BUDGET[cm.task], eval_samples=eval_samples)
+        if for_board:
+            with Board("arm64-qemu") as board:
+                arch, flags = board.cpu()
+                task.update(cpu_arch=arch, cpu_flags=flags, cpu_source=f"board {board.name}")
+            row["quantized_for"] = task["cpu_arch"]
         res = quantize(src, calib, output=q, speed_check=False, input_values=dict(cm.input_values) or None, **task,
                        input_shapes=dict(cm.input_shapes) or None,
                        sample_axes={k: None for k in cm.carry.values()} or None,

@@ -29,7 +29,7 @@
 agreement and float speed only. The machine may be shared: latencies are medians of interleaved
 rounds and only ratios within this run are quoted.
 
-    python benchmarks/tflite_int8.py [--models a,b] [--calib 16] [--eval 16] [--runs 30] [--no-aeq]
+    python benchmarks/tflite_int8.py [--models a,b] [--calib 16] [--eval 16] [--runs 30] [--no-aeq] [--budget task|default|none]
                                      [--no-onnx2tf] [--onnx2tf-venv DIR] [--float-only] [--work DIR]
 """
 from __future__ import annotations
@@ -312,9 +312,13 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, aeq_py: Optiona
     held = corpus.sample_inputs(name, args.eval, seed=1)
     q8 = work / f"{name}.int8.tflite"
     t0 = time.perf_counter()
-    qres = quantize(src, calib, scheme="tflite", input_shapes=shapes or None, eval_data=held,
-                    task_metric=f"corpus:{name}", min_task_metric=BUDGET[name], speed_check=False, use_cache=False,
-                    output=q8)
+    budget: Dict[str, Any] = {"task": dict(eval_data=held, task_metric=f"corpus:{name}", min_task_metric=BUDGET[name]),
+                              "default": dict(eval_data=held), "none": {}}[args.budget]
+    qres = quantize(src, calib, scheme="tflite", input_shapes=shapes or None, speed_check=False, use_cache=False,
+                    output=q8, **budget)
+    b = qres.report.get("budget") or {}
+    row.update(budget=args.budget, budget_holds=b.get("holds"), budget_established=b.get("established"),
+               checked_on=b.get("checked_on"))
     row["quantize_s"] = time.perf_counter() - t0
     row["fallback"] = len(qres.report.get("fallback_layers") or [])
     row["int8_float_ops"] = qres.report["tflite"]["ops_float"]
@@ -361,6 +365,10 @@ def main() -> None:
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--eval", type=int, default=16)
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--budget", default="task", choices=["task", "default", "none"],
+                    help="INT8's budget: the corpus task metric on --eval held-out samples (task), the default "
+                         "budget by output role on them (default), or none given: the guard holds out part of "
+                         "--calib, as `sdk quantize m --calib DIR` (none)")
     ap.add_argument("--no-aeq", action="store_true")
     ap.add_argument("--no-onnx2tf", action="store_true", help="skip the onnx2tf anchor")
     ap.add_argument("--onnx2tf-venv", default=str(Path.home() / ".cache" / "edgesdk" / "onnx2tf-venv"),
@@ -386,7 +394,7 @@ def main() -> None:
         print(json.dumps(rows[-1], default=float))
     print()
     cols = ["model", "convert_s", "ops", "float_cos", "float_task", "int8_task", "aeq_task", "speedup_t1",
-            "speedup_t2", "aeq_speedup_t1", "aeq_speedup_t2", "fallback", "float_MB", "int8_MB"]
+            "speedup_t2", "aeq_speedup_t1", "aeq_speedup_t2", "fallback", "budget_established", "float_MB", "int8_MB"]
     if o2t_py is not None:
         cols += ["o2t_converted", "o2t_convert_s", "o2t_ops", "o2t_float_cos", "o2t_float_task", "float_ms_t1",
                  "o2t_float_ms_t1", "ratio_t1", "float_ms_t2", "o2t_float_ms_t2", "ratio_t2"]

@@ -112,11 +112,12 @@ class Evaluation(dict):
     pairs: Dict[str, Tuple[List[np.ndarray], List[np.ndarray]]]
 
 
-def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any]) -> None:
+def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any], keep_pairs: bool = False) -> None:
     """Each role-judged output of ``result`` (an :class:`Evaluation`) gets ``role_interval``, the
     range its score would likely fall in on other samples like these (:meth:`Role.interval`), and
     ``role_established``: whether even its low end keeps the role's bound (few held-out samples
-    often cannot: 16 of 16 rows agreeing cannot establish a top-1 agreement of 0.99)."""
+    often cannot: 16 of 16 rows agreeing cannot establish a top-1 agreement of 0.99). The arrays
+    are dropped after, unless ``keep_pairs``."""
     from .roles import INTERVAL_LEVEL
 
     pairs = getattr(result, "pairs", {})
@@ -127,8 +128,26 @@ def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any]) -> None:
         lo, hi = role.interval(*pairs[k])
         row.update({"role_interval": [lo, hi], "role_interval_level": INTERVAL_LEVEL,
                     "role_established": bool(lo >= row["role_min"])})
-    if isinstance(result, Evaluation):
+    if isinstance(result, Evaluation) and not keep_pairs:
         result.pairs = {}     # the arrays are not needed past this point
+
+
+def establishable(result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
+    """Whether samples like these could establish every role's bound at all: FP32 judged against
+    itself keeps it at its interval's low end. A bootstrap interval of a perfect score is [1, 1];
+    a share of few units is not (160 of 160 characters: Wilson's 90% low end is 0.983, under 0.99)."""
+    pairs = getattr(result, "pairs", {})
+    judged = [k for k in roles if k in pairs]
+    return bool(judged) and all(roles[k].interval(pairs[k][0], pairs[k][0])[0] >= roles[k].min_score
+                                for k in judged)
+
+
+def established(result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
+    """Whether the low end of every role-judged output's interval keeps its bound (intervals
+    added to ``result``'s rows, its arrays kept): a budget that holds with a margin for the
+    samples it was checked on, not only on them."""
+    add_intervals(result, roles, keep_pairs=True)
+    return all(o.get("role_established", True) for o in result["outputs"].values())
 
 
 def not_established(result: Mapping[str, Any], eval_given: bool) -> Optional[str]:

@@ -319,6 +319,8 @@ class QuantizeConfig:
     #: (None: this host's)
     cpu_arch: Optional[str] = None
     cpu_flags: Optional[Sequence[str]] = None
+    #: where ``cpu_arch``/``cpu_flags`` came from, in words (``report.cpu.source``; default "given")
+    cpu_source: Optional[str] = None
     activation_dtype: Optional[str] = None
     exclude: Sequence[str] = ()
     #: output name -> role (:data:`sdk.quantize.roles.ROLES`), over the one recognised from the outputs
@@ -347,6 +349,10 @@ class QuantizeConfig:
     #: before the fallback keeps a MatMul/Gemm fed by a LayerNorm in float, try it in INT8 with
     #: activation-weight balancing (:mod:`sdk.quantize.smooth`); False: float directly, as before
     balance: bool = True
+    #: the fallback aims at a budget its samples establish, not only one they meet: the low end of
+    #: each role's interval keeps its bound, where FP32 judged against itself shows it can (a budget
+    #: met with no margin on 8 samples misses on others as often as it holds); False: the score alone
+    margin: bool = True
     progress: Optional[ProgressFn] = None
     #: an ``output`` ending in ``.tflite`` (scheme ``tflite``): float or int8 graph inputs/outputs
     tflite_io: str = "float"
@@ -427,7 +433,7 @@ class _Run:
             self.cpu["reduce_range"] = f"{'7' if cfg.reduce_range else '8'}-bit weights, as asked"
         #: the written model runs on this host's onnxruntime kernels: judge it as they compute it; any
         #: other target is judged on the exact int8 arithmetic, Q/DQ unfused (:func:`.accuracy.ort_session`)
-        self.runs_here = self.scheme.host_runtime and self.cpu["source"] != "given"
+        self.runs_here = self.scheme.host_runtime and cfg.cpu_arch is None and cfg.cpu_flags is None
         self.cpu["judged_as"] = ("this host's onnxruntime int8 kernels" if self.runs_here else
                                  "the exact int8 arithmetic (Q/DQ unfused), as the target computes it")
         self.method = cfg.method or self.scheme.default_method
@@ -453,6 +459,10 @@ class _Run:
         self.tflite_output = False                          # -o *.tflite: the converter writes the QDQ model
         self.fallback_precision = "float"                   # the fallback layers' precision: float or int16
         self.fallback_why = ""
+        self.roles: Dict[str, Any] = {}
+        self.margin_aim = False
+        #: whether the fallback's layers establish the budget (``cfg.margin``), None where not aimed at
+        self.margin_held: Optional[bool] = None
 
     # -- steps ---------------------------------------------------------------------------------------
     def prepare(self, model: Any) -> None:
@@ -637,7 +647,7 @@ class _Run:
 
     def accuracy(self) -> None:
         from ..sources import batched
-        from .accuracy import add_intervals, evaluate, not_established, ort_session
+        from .accuracy import add_intervals, establishable, evaluate, not_established, ort_session
 
         cfg = self.cfg
         if cfg.eval_data is None and self.held_out is None:
@@ -660,13 +670,17 @@ class _Run:
 
         self.run_eval = run_eval
         result = run_eval(self.qproto)
-        needs_fallback = self.budget.active and not self.budget.holds(result)
+        self.roles = roles or {}
+        self.margin_aim = bool(cfg.margin and self.budget.active and self.budget.by_role
+                               and establishable(result, self.roles))
+        needs_fallback = self.budget.active and not self._passes(result, self.margin_aim)
         if cfg.sensitivity or needs_fallback:
             result = self._fallback(eval_src, run_eval, result, needs_fallback)
         add_intervals(result, roles or {})
         self.accuracy_report = result
         holds = self.budget.holds(result) if self.budget.active else None
-        self.budget_report = budget_record(self.budget, cfg, self.held_out, result, roles)
+        self.budget_report = budget_record(self.budget, cfg, self.held_out, result, roles,
+                                           _margin(cfg, self.budget, self.margin_aim, self.margin_held))
         weak = not_established(result, cfg.eval_data is not None) if self.budget_report["established"] is False \
             else None
         if weak is not None:
@@ -677,6 +691,13 @@ class _Run:
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
+
+    def _passes(self, result: Mapping[str, Any], margin: bool) -> bool:
+        """The budget holds on ``result``; with ``margin``, its samples also establish it
+        (:func:`~.accuracy.established`)."""
+        from .accuracy import established
+
+        return self.budget.holds(result) and (not margin or established(result, self.roles))
 
     def _roles(self, eval_src: Any) -> Dict[str, Any]:
         """Each output's role (:mod:`sdk.quantize.roles`) from FP32's outputs on the first held-out
@@ -739,28 +760,43 @@ class _Run:
                 built[k] = self.builder.build(exclude=list(self.cfg.exclude) + list(order[:k]))
             return built[k]
 
-        def holds_on(limit: Optional[int]) -> Callable[[Sequence[str]], Tuple[bool, Dict[str, Any]]]:
+        def holds_on(limit: Optional[int], margin: bool = False) -> Callable[[Sequence[str]], Tuple[bool, Dict[str, Any]]]:
             def holds(prefix: Sequence[str]) -> Tuple[bool, Dict[str, Any]]:
                 q = build(len(prefix))
                 res = run_eval(q[0], limit)
-                return (True if not q[1].layers else self.budget.holds(res)), res
+                return (True if not q[1].layers else self._passes(res, margin)), res
             return holds
 
         subset = self.cfg.search_samples
         evals = 0
         start = 0
-        if subset is not None and result["samples"] > subset:
+        confirmed: Optional[Tuple[List[str], Dict[str, Any]]] = None
+        if self.budget.holds(result):   # only the margin is missing (``margin_aim``)
+            confirmed = [], result
+        elif subset is not None and result["samples"] > subset:
             prefix, _, ok, evals = search_fallback(order, holds_on(subset), self.cfg.max_fallback)
             if ok:  # confirm on all the held-out data
                 ok, res = holds_on(None)(prefix)
                 evals += 1
                 if ok:
-                    return True, self._take_fallback(prefix, res, built, evals, kind)
+                    confirmed = list(prefix), res
                 start = len(prefix)
-        prefix, res, ok, more = search_fallback(order, holds_on(None), self.cfg.max_fallback, start=start)
-        if kind == "int16" and not ok:
-            return False, result
-        return ok, (self._take_fallback(prefix, res, built, evals + more, kind) if prefix else result)
+        if confirmed is None:
+            prefix, res, ok, more = search_fallback(order, holds_on(None), self.cfg.max_fallback, start=start)
+            evals += more
+            if kind == "int16" and not ok:
+                return False, result
+        else:
+            (prefix, res), ok = confirmed, True
+        if ok and self.margin_aim:   # on to the fewest layers whose samples establish it
+            self.margin_held = self._passes(res, True)
+            if not self.margin_held:
+                wide, res_wide, self.margin_held, more = search_fallback(
+                    order, holds_on(None, True), self.cfg.max_fallback, start=len(prefix))
+                evals += more
+                if self.margin_held:
+                    prefix, res = wide, res_wide
+        return ok, (self._take_fallback(prefix, res, built, evals, kind) if prefix else result)
 
     def _take_fallback(self, prefix: Sequence[str], res: Dict[str, Any], built: Dict[int, Tuple[Any, Any, Any]],
                        evals: int, kind: str = "float") -> Dict[str, Any]:
@@ -801,7 +837,7 @@ class _Run:
                 floats = [x for x in self.fallback if x not in rescued]
                 q = builder.build(exclude=list(self.cfg.exclude) + floats)
                 r = run_eval(q[0])
-                tried[m] = (self.budget.holds(r), r, q)
+                tried[m] = (self._passes(r, bool(self.margin_held)), r, q)
                 info["evaluations"] += 1
             return tried[m][0]
 
@@ -968,21 +1004,36 @@ def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
     else:
         host_arch, _ = cpu_flags()
         arch, flags = (cfg.cpu_arch or host_arch).lower(), frozenset(cfg.cpu_flags or ())
-        source = "given"
+        source = cfg.cpu_source or "given"
     return {"arch": arch, "flags": sorted(flags), "source": source}
 
 
 def budget_record(budget: Any, cfg: QuantizeConfig, held_out: Any, result: Mapping[str, Any],
-                  roles: Mapping[str, Any]) -> Dict[str, Any]:
+                  roles: Mapping[str, Any], margin: Optional[str] = None) -> Dict[str, Any]:
     """``report.budget`` of a checked run (ONNX and TFLite alike): the bounds, whether they are the
-    defaults, what they were checked on, each output's role and whether the budget holds."""
+    defaults, what they were checked on, each output's role, whether the budget holds and what the
+    fallback aimed at (``margin``: :func:`_margin`)."""
     return {"max_drop": budget.max_drop, "min_cosine": budget.min_cosine, "min_task_metric": budget.min_task_metric,
             "min_top1_agreement": budget.min_top1_agreement,
             "default": cfg.max_drop is None and cfg.min_cosine is None and cfg.min_task_metric is None,
             "checked": True, "checked_on": _checked_on(held_out, result["samples"]), "by_role": budget.by_role,
             "roles": {k: r.describe() for k, r in roles.items()},
             "holds": budget.holds(result) if budget.active else None,
-            "established": _established(budget, result)}
+            "established": _established(budget, result), "fallback_aim": margin}
+
+
+def _margin(cfg: QuantizeConfig, budget: Any, aimed: bool, held: Optional[bool]) -> Optional[str]:
+    """What the fallback aimed at, in words (``report.budget.fallback_aim``); None without a budget."""
+    if not budget.active:
+        return None
+    if not aimed:
+        why = ("margin off" if not cfg.margin else "outputs judged by cosine" if not budget.by_role else
+               "FP32 against itself shows these samples are too few to establish the bound")
+        return f"the score on the samples ({why})"
+    if held is False:
+        return ("a margin (each role's interval above its bound), not reached: the fewest layers that "
+                "hold the score on the samples")
+    return "a margin: each role's interval on the samples keeps its bound, not only its score"
 
 
 def _established(budget: Any, result: Mapping[str, Any]) -> Optional[bool]:

@@ -217,17 +217,20 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     fallback_kind = fallback_why = ""     # set by the fallback, when it runs
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
-        from .accuracy import add_intervals, not_established
-        from .api import _budget, budget_record
+        from .accuracy import add_intervals, establishable, established, not_established
+        from .api import _budget, _margin, budget_record
 
         ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
         accuracy, fails = ev.check(data)
-        if fails and cfg.max_fallback != 0:
+        ev.margin_aim = bool(cfg.margin and ev.budget.active and ev.budget.by_role
+                             and establishable(accuracy, ev.roles))
+        if (fails or (ev.margin_aim and not established(accuracy, ev.roles))) and cfg.max_fallback != 0:
             data, info, accuracy, fails, fallback, fallback_kind, fallback_why = _fallback(
                 cfg, adapter, ev, qparams, data, info, accuracy, fails)
         failures += fails
         add_intervals(accuracy, ev.roles)
-        budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles)
+        budget_report = budget_record(ev.budget, cfg, held, accuracy, ev.roles,
+                                      _margin(cfg, ev.budget, ev.margin_aim, ev.margin_held))
         weak = not_established(accuracy, cfg.eval_data is not None) if budget_report["established"] is False \
             else None
         if weak is not None:
@@ -350,6 +353,8 @@ class _Eval:
         from .roles import image_size, infer_roles
 
         self.cfg, self.adapter, self.out_names, self.budget = cfg, adapter, out_names, budget
+        self.margin_aim = False                       # the fallback aims at a margin (QuantizeConfig.margin)
+        self.margin_held: Optional[bool] = None
         self.rows: List[Dict[str, np.ndarray]] = []
         for feed, _ in source.samples():
             self.rows.extend(_rows(feed))
@@ -500,6 +505,7 @@ def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str,
     the budget hold (the core's doubling/bisecting :func:`~.fallback.search_fallback`): 16x8 first
     where :func:`fallback_steps` says so, float last. Returns ``(data, info, accuracy, failures,
     layers, precision, why)``."""
+    from .accuracy import established
     from .fallback import search_fallback
 
     steps, why = fallback_steps(cfg)
@@ -515,13 +521,28 @@ def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str,
             return not fails, len(prefix)
         return holds
 
+    def established_as(kind: str) -> Any:
+        def holds(prefix: Any) -> Tuple[bool, Any]:
+            ok, n = holds_as(kind)(prefix)
+            return ok and established(built[(kind, n)][2], ev.roles), n
+        return holds
+
     tried: List[str] = []
-    for kind in steps:
+    prefix: List[str] = []
+    ok, kind = not failures, steps[0]     # not failures: the budget holds, only the margin is missing
+    built[(kind, 0)] = (data, info, accuracy, failures)
+    for kind in steps if failures else ():
         prefix, last, ok, _ = search_fallback(order, holds_as(kind), limit=cfg.max_fallback)
         tried.append(kind)
         if ok:
             break
-    if (kind, len(prefix)) not in built:
+    if ok and ev.margin_aim:    # on to the fewest layers whose samples establish the budget
+        ev.margin_held = established(built[(kind, len(prefix))][2], ev.roles)
+        if not ev.margin_held:
+            wide, _, ev.margin_held, _ = search_fallback(order, established_as(kind), limit=cfg.max_fallback,
+                                                         start=len(prefix))
+            prefix = list(wide) if ev.margin_held else prefix
+    if not prefix or (kind, len(prefix)) not in built:
         return data, info, accuracy, failures, [], kind, why
     d, inf, acc, fails = built[(kind, len(prefix))]
     if not ok:

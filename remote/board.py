@@ -29,7 +29,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .. import errors as _errors
 from ..errors import (EdgeSDKError, MissingDependencyError, RemoteCommandError,
@@ -342,6 +342,12 @@ class Board:
                            timeout_s=120)
         facts.setdefault("board", self.info())
         return facts
+
+    def cpu(self) -> Tuple[str, List[str]]:
+        """The board's CPU as the quantizer takes it (``QuantizeConfig.cpu_arch``/``cpu_flags``): its
+        architecture and ``/proc/cpuinfo`` flags, from its facts."""
+        facts = self.check()
+        return str(facts["machine"]), [str(f) for f in facts.get("cpu_flags") or []]
 
     def benchmark(self, model: ModelLike, *, target: Optional[str] = None, precision: Optional[str] = None,
                   runs: int = 100, min_seconds: float = 1.0, warmup: int = 10, idle_seconds: float = 1.0,

@@ -116,18 +116,22 @@ def emulation(proc: str = "/proc") -> Optional[Dict[str, str]]:
 
 def cpu_flags() -> Tuple[str, FrozenSet[str]]:
     """This CPU's architecture (``platform.machine()``: ``x86_64``, ``aarch64``) and its feature
-    flags as ``/proc/cpuinfo`` lists them (``flags`` on x86, ``Features`` on ARM; empty elsewhere)."""
+    flags as ``/proc/cpuinfo`` lists them: ``flags`` on x86, ``Features`` on ARM, the key of this
+    process's architecture only (under qemu-user an aarch64 process reads the x86 host's cpuinfo:
+    no flags, rather than the host's); empty elsewhere."""
+    machine = platform.machine().lower()
+    key = "Features" if machine.startswith(("aarch64", "arm")) else "flags"
     flags: Set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
+                name, _, value = line.partition(":")
+                if name.strip() == key:
                     flags.update(value.split())
                     break
     except OSError:
         pass
-    return platform.machine().lower(), frozenset(flags)
+    return machine, frozenset(flags)
 
 
 def host_info(runtimes: Iterable[str] = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "ai-edge-litert",

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from ...hostinfo import host_info
+from ...hostinfo import cpu_flags, host_info
 from ...hostinfo import tensorrt_version as _tensorrt_version
 from ...probe import dist_version
 from .power.base import read_number, read_text, under
@@ -295,6 +295,7 @@ def device_facts(root: Optional[str] = None, sensors: Optional[List[str]] = None
         "machine": info["machine"],
         "emulation": info["emulation"],
         "cpu": info["cpu"],
+        "cpu_flags": sorted(cpu_flags()[1]),   # /proc/cpuinfo's flags (x86) or Features (ARM)
         "cores": info["cores"],
         "python": platform.python_version(),
         "python_executable": sys.executable,

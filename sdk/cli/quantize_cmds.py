@@ -53,6 +53,9 @@ def quantize_cmd(
     no_balance: bool = typer.Option(
         False, "--no-balance", help="Keep a MatMul/Gemm fed by a LayerNorm in float when the budget needs it, "
                                     "without first trying it in INT8 with activation-weight balancing."),
+    no_margin: bool = typer.Option(
+        False, "--no-margin", help="Let the fallback stop at the fewest float layers whose score on the held-out "
+                                   "samples meets the budget, not the fewest whose 90% interval stays above it."),
     output_role: Optional[List[str]] = typer.Option(
         None, "--output-role", help="NAME=ROLE: how the default budget judges an output (detections, scores, mask, "
                                     "classes, log, embedding, cosine), over the role recognised (repeatable)."),
@@ -73,6 +76,9 @@ def quantize_cmd(
     cpu: Optional[str] = typer.Option(
         None, "--cpu", help="The CPU the model is for, ARCH:FLAG,FLAG,... as /proc/cpuinfo lists them "
                             "(x86_64:avx2,fma); default: this host."),
+    board: Optional[str] = typer.Option(
+        None, "--board", help="Quantize for this board's CPU: its architecture and CPU flags read from the board over "
+                              "SSH (as `sdk boards check`), accuracy judged on the exact int8 arithmetic; not with --cpu."),
     activation_dtype: Optional[str] = typer.Option(None, "--activation-dtype", help="uint8 or int8 (onnxruntime)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use at most this many calibration samples."),
     workers: Optional[int] = typer.Option(
@@ -116,6 +122,15 @@ def quantize_cmd(
 
     target = scheme_for_ep(target, ep)
     cpu_arch, cpu_flags = _parse_cpu(cpu)
+    cpu_source = None
+    if board is not None:
+        if cpu is not None:
+            raise InputError("--board and --cpu both name the CPU the model is for", "give one of them")
+        from ..remote import Board
+
+        with Board(board) as b:
+            cpu_arch, cpu_flags = b.cpu()
+            cpu_source = f"board {b.name} (its /proc/cpuinfo)"
     from ..quantize.roles import parse_output_roles
 
     roles = parse_output_roles(output_role or [])
@@ -132,7 +147,8 @@ def quantize_cmd(
         task_metric=task_metric, min_task_metric=min_task_metric, sensitivity=sensitivity or None,
         exclude=exclude or (), bias_correction=not no_bias_correction,
         per_channel=not per_tensor, reduce_range=reduce_range, activation_dtype=activation_dtype, workers=workers,
-        cpu_arch=cpu_arch, cpu_flags=cpu_flags, strict=strict, output_roles=roles or None, balance=not no_balance,
+        cpu_arch=cpu_arch, cpu_flags=cpu_flags, cpu_source=cpu_source, strict=strict, output_roles=roles or None, balance=not no_balance,
+        margin=not no_margin,
         executor=executor, executor_options={"address": ray_address} if ray_address else None,
         batch_size=batch_size, calib_limit=limit, stats_path=stats, use_cache=not no_cache,
         report_path=report if report not in (None, "-") else None, trt_cache=trt_cache, trt_version=trt_version,
@@ -186,6 +202,13 @@ def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
                 + ", ".join(f"{n} {what.get(k, k)}" for k, n in rewrites.items()))
 
 
+def _budget_lines(bud: Dict[str, Any], fallback: bool) -> str:
+    """What the budget was checked on and whether it holds; after a fallback, what it aimed at."""
+    verdict = "holds" if bud["holds"] else "does not hold" if bud["holds"] is False else "none asked"
+    aim = f"\nthe fallback aimed at {bud['fallback_aim']}" if fallback and bud.get("fallback_aim") else ""
+    return f"budget checked on {bud['checked_on']}: {verdict}{aim}"
+
+
 def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     from ..textsafe import inert
     from ._common import console
@@ -212,7 +235,7 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
     acc = rep.get("accuracy")
     bud = rep.get("budget") or {}
     if bud.get("checked"):
-        c.print(f"budget checked on {bud['checked_on']}: {'holds' if bud['holds'] else 'does not hold' if bud['holds'] is False else 'none asked'}")
+        c.print(_budget_lines(bud, bool(rep.get("fallback_layers"))), markup=False)
     if acc:
         for name, m in acc["outputs"].items():
             extra = f", top-1 agreement {100 * m['top1_agreement']:.1f}%" if "top1_agreement" in m else ""

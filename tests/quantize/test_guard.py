@@ -101,6 +101,7 @@ def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict
     res = quantize(model, calib, workers=1, speed_check=False, use_cache=False)
     b, out = res.report["budget"], next(iter(res.report["accuracy"]["outputs"].values()))
     assert b["holds"] is True and b["established"] is False and res.ok
+    assert res.report["fallback_layers"] == [] and "too few to establish the bound" in b["fallback_aim"]
     assert out["role"] == "classes" and out["role_score"] == 1.0 and out["role_established"] is False
     assert abs(out["role_interval"][0] - 0.7871) < 1e-4 and out["role_interval_level"] == 0.9
     weak = [w for w in res.report["warnings"] if "cannot establish" in w]
@@ -117,6 +118,28 @@ def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict
     assert r.returncode == 1 and (tmp_path / "q.onnx").is_file(), r.stderr
     assert "90% interval 0.7871-1.0000" in r.stdout and "cannot establish" in r.stdout + r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_the_fallback_aims_at_a_budget_its_samples_establish(residual_model, residual_calib, monkeypatch):
+    """A cosine bound between the full INT8 residual net's 90% interval low end (about 0.999988 on its
+    10 held-out samples) and its score (0.999991) is met, not established. By default the fallback
+    goes on to the fewest float layers whose interval keeps the bound; ``margin=False`` stops at the score."""
+    from sdk.quantize import roles
+
+    kw = dict(workers=1, speed_check=False, use_cache=False, output_roles={"logits": "cosine"})
+    first = quantize(residual_model, residual_calib, margin=False, **kw).report["accuracy"]["outputs"]["logits"]
+    bound = (first["role_interval"][0] + first["role_score"]) / 2    # this CPU's own figures: met, not established
+    monkeypatch.setattr(roles.Cosine, "default_min", bound)
+    met = quantize(residual_model, residual_calib, margin=False, **kw)
+    b, out = met.report["budget"], met.report["accuracy"]["outputs"]["logits"]
+    assert b["holds"] is True and b["established"] is False and met.report["fallback_layers"] == []
+    assert out["role_interval"][0] < bound <= out["role_score"] and b["fallback_aim"].endswith("(margin off)")
+    wide = quantize(residual_model, residual_calib, **kw)
+    b, out = wide.report["budget"], wide.report["accuracy"]["outputs"]["logits"]
+    assert b["holds"] is True and b["established"] is True and wide.ok, wide.failures
+    assert out["role_interval"][0] >= bound and 0 < len(wide.report["fallback_layers"]) < 8
+    assert b["fallback_aim"].startswith("a margin: each role's interval")
+    assert not any("cannot establish" in w for w in wide.report["warnings"])
 
 
 def test_too_few_samples_is_one_warning_and_not_checked(residual_model):
@@ -143,6 +166,9 @@ def test_cli_says_what_accuracy_was_checked_on(residual_model, residual_calib, t
     assert r.returncode == 0, r.stderr
     assert "budget checked on 10 held-out calibration samples" in r.stdout
     assert json.loads(rep.read_text())["budget"]["checked"] is True
+    r = _sdk("quantize", residual_model, "--calib", residual_calib, "-o", out, "--no-speed-check", "--no-cache",
+             "--report", rep, "--workers", "1", "--no-margin")
+    assert r.returncode == 0 and json.loads(rep.read_text())["budget"]["fallback_aim"].endswith("(margin off)")
     few = tmp_path / "few.npz"
     np.savez(few, x=qmodels.make_data(10, (3, 12, 12), seed=4))
     r = _sdk("quantize", residual_model, "--calib", few, "-o", out, "--no-speed-check", "--no-cache", "--strict",

@@ -169,6 +169,25 @@ def test_mask_role_reads_regions_as_a_text_detector_does():
     assert get_role("mask").score(ref, merged) > 0.99           # a segment's mask: IoU alone
 
 
+def test_mask_bootstrap_resamples_per_sample_counts():
+    """The mask role's interval resamples each sample's counts (pixels, regions matched), found once:
+    the score of a resampling is the pooled score of those samples."""
+    from sdk.corpus.tasks import box_f1
+    from sdk.quantize.roles import _regions
+
+    mask = get_role("mask", threshold=0.5, regions=True)
+    ref = [_text_map(), _text_map(), _text_map(edge=1)]
+    cand = [_text_map(bridged=True), _text_map(edge=1), _text_map()]
+    n, score_of = mask.resampler(ref, cand)
+    for pick in ([0, 1, 2], [0, 0, 2], [1, 2, 2]):
+        r, c = [ref[i] for i in pick], [cand[i] for i in pick]
+        a, b = np.array(r) > 0.5, np.array(c) > 0.5
+        pooled = min((a & b).sum() / (a | b).sum(), box_f1(sum((_regions(x) for x in a), []),
+                                                          sum((_regions(x) for x in b), [])))
+        assert score_of(np.array(pick)) == pytest.approx(pooled) == mask.score(r, c)
+    assert n == 3 and mask.interval(ref, ref) == (1.0, 1.0)
+
+
 def test_a_map_of_text_lines_is_read_by_regions_a_segment_by_iou():
     """Role inference: many small regions per map (text lines) -> regions; one large segment with
     specks around it (a person) -> IoU only (their count means nothing to its reader)."""
@@ -465,3 +484,26 @@ def test_detector_heads_are_one_role_placed_on_the_input_grid():
     assert Budget(min_cosine=0.99, by_role=True).holds({"outputs": out})
     with pytest.raises(InputError, match="heads role needs"):
         get_role("heads")
+
+
+def test_detections_are_judged_at_each_common_score_threshold():
+    """A reader keeps boxes at its own threshold, which the arrays do not say: 19 of 20 boxes of a
+    class at 0.3 found and the only one above 0.4 (score 0.6) lost reads mAP 0.975 at 0.25, 0.0 at
+    0.4 and 0.5; the role counts the lowest (layout-cdla's INT8 .tflite: 0.991 at 0.25, its own
+    threshold 0.4 reads 0.916)."""
+    def head(scores):        # [1, A, 4 + 2]: pixel boxes on a row, class 0 or 1
+        a = np.zeros((1, len(scores), 6), np.float32)
+        for i, (cls, s) in enumerate(scores):
+            a[0, i, :4] = [30 + 40 * i, 40, 24, 24]
+            a[0, i, 4 + cls] = s
+        return a
+
+    ref = [head([(0, 0.3)] * 19 + [(0, 0.6), (1, 0.3)])]
+    lost = [head([(0, 0.3)] * 19 + [(0, 0.01), (1, 0.3)])]
+    role = get_role("detections", layout="anchors", boxes="xywh")
+    assert role.THRESHOLDS == (0.25, 0.4, 0.5) and role.score(ref, ref) == 1.0
+    assert role.score(ref, lost) == 0.0 < role.min_score
+    role.THRESHOLDS = (0.25,)                        # the one threshold the role used to judge at
+    assert role.score(ref, lost) == pytest.approx((19 / 20 + 1) / 2) and 0.975 >= role.min_score
+    n, score_of = get_role("detections", layout="anchors", boxes="xywh").resampler(ref * 3, lost * 3)
+    assert n == 3 and score_of(np.array([0, 1, 2])) == 0.0

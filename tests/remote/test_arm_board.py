@@ -111,6 +111,26 @@ def test_boards_check_reports_aarch64_facts(arm):
     assert emu["process_machine"] == "aarch64" and emu["kernel_machine"] == "x86_64", emu
 
 
+def test_quantize_for_the_board_reads_its_aarch64_cpu(arm, corpus_data, tmp_path):
+    """``sdk quantize --board``: the model is for the board's CPU (aarch64, 8-bit weights: no x86
+    saturation), judged on the exact int8 arithmetic. Under qemu-user the board's /proc/cpuinfo is
+    the x86 host's: its x86 ``flags`` are not taken for the aarch64 CPU's ``Features``."""
+    from sdk.remote import Board
+
+    name, env, _ = arm
+    src, npz, _ = corpus_data
+    with Board(name) as board:
+        arch, flags = board.cpu()
+    assert arch == "aarch64" and not any(f.startswith(("avx", "sse")) for f in flags), flags
+    report = tmp_path / "r.json"
+    proc = _sdk(env, "quantize", src, "--calib", npz, "-o", tmp_path / "q.onnx", "--board", name, "--no-speed-check",
+                "--no-cache", "--workers", "1", "--report", report)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cpu = json.loads(report.read_text())["cpu"]
+    assert cpu["arch"] == "aarch64" and cpu["source"] == f"board {name} (its /proc/cpuinfo)"
+    assert cpu["judged_as"].startswith("the exact int8 arithmetic") and cpu["reduce_range"].startswith("8-bit")
+
+
 def _validate(name, env, model, data, tmp_path, *extra):
     out = tmp_path / "report.json"
     proc = _sdk(env, "validate", model, "--board", name, "--data", data, "--spec", _spec(tmp_path),

@@ -34,6 +34,33 @@ def test_local_board_checks_and_benchmarks(local_board, conv_model):
     assert "power" in doc and "energy_mj_per_inference" in doc and "device" in doc
 
 
+def test_quantize_for_a_boards_cpu(local_board, conv_model, tmp_path):
+    """``Board.cpu()`` is the board's architecture and /proc/cpuinfo flags from its facts;
+    ``sdk quantize --board NAME`` quantizes for them, names the board as the source and judges the
+    exact int8 arithmetic (the model is for that board, not for this host's fused kernels)."""
+    import json
+    import subprocess
+
+    from sdk.hostinfo import cpu_flags
+
+    with local_board as board:
+        arch, flags = board.cpu()
+    assert (arch, frozenset(flags)) == cpu_flags()
+    np.savez(tmp_path / "c.npz", x=np.random.default_rng(0).standard_normal((24, 3, 16, 16)).astype(np.float32))
+    base = [sys.executable, "-m", "sdk", "quantize", str(conv_model), "--calib", str(tmp_path / "c.npz"), "-o",
+            str(tmp_path / "q.onnx"), "--no-speed-check", "--no-cache", "--workers", "1"]
+    r = subprocess.run(base + ["--board", "local", "--report", str(tmp_path / "r.json")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    cpu = json.loads((tmp_path / "r.json").read_text())["cpu"]
+    assert cpu["source"] == "board local (its /proc/cpuinfo)" and cpu["arch"] == arch
+    assert cpu["judged_as"].startswith("the exact int8 arithmetic") and cpu["reduce_range"]
+    both = subprocess.run(base + ["--board", "local", "--cpu", "x86_64:avx2"], capture_output=True, text=True,
+                          timeout=300)
+    assert both.returncode == 2 and "--board and --cpu both name the CPU" in both.stderr
+    assert len(both.stderr.strip().splitlines()) == 1 and "Traceback" not in both.stderr
+
+
 def test_bench_timeout_scales_with_the_seconds_per_inference_a_board_showed():
     """An emulated aarch64 board took 224 s per nudenet inference: 2 runs after 1 warm-up cannot fit
     the fixed 0.5 s a run; the timeout then allows three times the seconds seen."""

@@ -166,6 +166,24 @@ def test_fallback_tries_16x8_before_float(net16):
     assert res.report["fallback"]["precision"] == "float" and "16x8 did not hold" in res.report["fallback"]["why"]
 
 
+def test_tflite_fallback_aims_at_a_budget_its_samples_establish(net16, monkeypatch):
+    """A .tflite's fallback, as the ONNX one: a bound the full INT8 file meets on its held-out samples
+    but cannot establish (between its interval's low end and its score) moves layers out of int8
+    until the interval keeps it; ``margin=False`` keeps every layer int8."""
+    from sdk.quantize import quantize, roles
+
+    kw = dict(scheme="tflite", speed_check=False, output_roles={"all": "cosine", "prob": "cosine"})
+    first = quantize(net16 / "n16.tflite", net16 / "calib.npy", margin=False, **kw).report["accuracy"]["outputs"]["all"]
+    bound = (first["role_interval"][0] + first["role_score"]) / 2
+    monkeypatch.setattr(roles.Cosine, "default_min", bound)
+    met = quantize(net16 / "n16.tflite", net16 / "calib.npy", margin=False, **kw)
+    assert met.report["budget"]["established"] is False and met.report["fallback_layers"] == []
+    wide = quantize(net16 / "n16.tflite", net16 / "calib.npy", **kw)
+    b, out = wide.report["budget"], wide.report["accuracy"]["outputs"]["all"]
+    assert not wide.failures and b["established"] is True and out["role_interval"][0] >= bound
+    assert wide.report["fallback_layers"] and b["fallback_aim"].startswith("a margin")
+
+
 def _plan16(net16, layers):
     """n16.onnx's tflite-scheme QDQ model with ``layers`` 16x8, on its calibrated ranges."""
     import onnx
