@@ -517,9 +517,13 @@ class Detections(Role):
                        if mine.any() else 0.0)
         return float(np.mean(aps))
 
+    def _anchor_arrays(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> bool:
+        """Each anchor its own box, compared array to array (:meth:`_anchor_map`)."""
+        return self.params.get("boxes", "xywh") == "anchor" and all(np.shape(r) == np.shape(c)
+                                                                   for r, c in zip(reference, candidate))
+
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
-        if self.params.get("boxes", "xywh") == "anchor" and all(np.shape(r) == np.shape(c)
-                                                              for r, c in zip(reference, candidate)):
+        if self._anchor_arrays(reference, candidate):
             at = [self._anchor_map(reference, candidate, t) for t in self.THRESHOLDS]
             return min(x for x in at if x is not None)
         n, score_of = self.resampler(reference, candidate)
@@ -529,7 +533,7 @@ class Detections(Role):
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
         """Per image (batches split), detected once down to the lowest threshold's tenth and matched
         once per threshold (:func:`_map_at_thresholds`); a resampling only re-ranks."""
-        if self.params.get("boxes", "xywh") == "anchor":
+        if self._anchor_arrays(reference, candidate):
             return super().resampler(reference, candidate)
         low = self.CONF / 10
         return _map_at_thresholds(self.detections(reference, low), self.detections(candidate, low), self.THRESHOLDS)

@@ -507,3 +507,15 @@ def test_detections_are_judged_at_each_common_score_threshold():
     assert role.score(ref, lost) == pytest.approx((19 / 20 + 1) / 2) and 0.975 >= role.min_score
     n, score_of = get_role("detections", layout="anchors", boxes="xywh").resampler(ref * 3, lost * 3)
     assert n == 3 and score_of(np.array([0, 1, 2])) == 0.0
+
+
+def test_anchor_detections_of_other_shapes_are_matched_as_boxes():
+    """Anchor by anchor needs arrays of one shape; otherwise each anchor is matched as its own box
+    (never the role calling itself back)."""
+    role = get_role("scores")                       # [N, A, C], each anchor its own box
+    ref = np.zeros((1, 6, 3), np.float32)
+    ref[0, [1, 4], 0] = 0.9
+    longer = np.concatenate([ref, np.zeros((1, 2, 3), np.float32)], 1)
+    assert role.score([ref], [longer]) == 1.0 and role.interval([ref], [longer]) == (1.0, 1.0)
+    longer[0, 4, 0] = 0.0
+    assert role.score([ref], [longer]) < role.min_score
