@@ -142,6 +142,12 @@ def establishable(result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
                                 for k in judged)
 
 
+def aims_at_margin(margin: bool, budget: Any, result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
+    """Whether the fallback aims past the score at a budget its samples establish
+    (``QuantizeConfig.margin``): asked, a role-judged budget, and samples that could establish it."""
+    return bool(margin and budget.active and budget.by_role and establishable(result, roles))
+
+
 def established(result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
     """Whether the low end of every role-judged output's interval keeps its bound (intervals
     added to ``result``'s rows, its arrays kept): a budget that holds with a margin for the

@@ -647,7 +647,7 @@ class _Run:
 
     def accuracy(self) -> None:
         from ..sources import batched
-        from .accuracy import add_intervals, establishable, evaluate, not_established, ort_session
+        from .accuracy import add_intervals, aims_at_margin, evaluate, not_established, ort_session
 
         cfg = self.cfg
         if cfg.eval_data is None and self.held_out is None:
@@ -671,8 +671,7 @@ class _Run:
         self.run_eval = run_eval
         result = run_eval(self.qproto)
         self.roles = roles or {}
-        self.margin_aim = bool(cfg.margin and self.budget.active and self.budget.by_role
-                               and establishable(result, self.roles))
+        self.margin_aim = aims_at_margin(cfg.margin, self.budget, result, self.roles)
         needs_fallback = self.budget.active and not self._passes(result, self.margin_aim)
         if cfg.sensitivity or needs_fallback:
             result = self._fallback(eval_src, run_eval, result, needs_fallback)
@@ -749,7 +748,7 @@ class _Run:
                 result: Dict[str, Any]) -> Tuple[bool, Dict[str, Any]]:
         """The shortest prefix of ``order`` that holds the budget with those layers in ``kind`` (float, or
         int16: 16x8): ``(held, evaluation)``; the run takes the prefix unless 16x8 did not hold."""
-        from .fallback import search_fallback
+        from .fallback import search_fallback, widen_to_margin
 
         built: Dict[int, Tuple[Any, Any, Any]] = {}
 
@@ -789,13 +788,9 @@ class _Run:
         else:
             (prefix, res), ok = confirmed, True
         if ok and self.margin_aim:   # on to the fewest layers whose samples establish it
-            self.margin_held = self._passes(res, True)
-            if not self.margin_held:
-                wide, res_wide, self.margin_held, more = search_fallback(
-                    order, holds_on(None, True), self.cfg.max_fallback, start=len(prefix))
-                evals += more
-                if self.margin_held:
-                    prefix, res = wide, res_wide
+            prefix, res, self.margin_held, more = widen_to_margin(
+                order, prefix, res, self._passes(res, True), holds_on(None, True), self.cfg.max_fallback)
+            evals += more
         return ok, (self._take_fallback(prefix, res, built, evals, kind) if prefix else result)
 
     def _take_fallback(self, prefix: Sequence[str], res: Dict[str, Any], built: Dict[int, Tuple[Any, Any, Any]],

@@ -20,7 +20,7 @@ import numpy as np
 from .calibrate import _FOLDED
 from .graph import GraphIndex
 
-__all__ = ["int8_only", "rank_layers", "search_fallback"]
+__all__ = ["int8_only", "rank_layers", "search_fallback", "widen_to_margin"]
 
 
 #: the topological groups whose output error calibrates the layers' gains (one evaluation each)
@@ -282,3 +282,16 @@ def search_fallback(order: Sequence[str], holds: Callable[[Sequence[str]], Tuple
         else:
             lo = mid
     return list(order[:hi]), results[hi], True, len(results)
+
+
+def widen_to_margin(order: Sequence[str], prefix: Sequence[str], last: Any, established_now: bool,
+                    holds_with_margin: Callable[[Sequence[str]], Tuple[bool, Any]],
+                    limit: Optional[int] = None) -> Tuple[List[str], Any, bool, int]:
+    """After ``prefix``, the fewest layers whose score holds (``last``: its evaluation): on to the
+    fewest whose samples also establish the budget (``holds_with_margin``), searched from there.
+    Returns ``(prefix, its evaluation, established, evaluations)``; where no prefix within ``limit``
+    establishes it, the score-holding ``prefix`` and ``last`` stay."""
+    if established_now:
+        return list(prefix), last, True, 0
+    wide, res, held, evals = search_fallback(order, holds_with_margin, limit, start=len(prefix))
+    return (list(wide), res, True, evals) if held else (list(prefix), last, False, evals)

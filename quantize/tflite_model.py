@@ -217,13 +217,12 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     fallback_kind = fallback_why = ""     # set by the fallback, when it runs
     eval_src = held if cfg.eval_data is None else open_source(cfg.eval_data, m.inputs, cfg.preprocess)
     if eval_src is not None:
-        from .accuracy import add_intervals, establishable, established, not_established
+        from .accuracy import add_intervals, aims_at_margin, established, not_established
         from .api import _budget, _margin, budget_record
 
         ev = _Eval(cfg, adapter, out_names, eval_src, _budget(cfg, held_out=held is not None))
         accuracy, fails = ev.check(data)
-        ev.margin_aim = bool(cfg.margin and ev.budget.active and ev.budget.by_role
-                             and establishable(accuracy, ev.roles))
+        ev.margin_aim = aims_at_margin(cfg.margin, ev.budget, accuracy, ev.roles)
         if (fails or (ev.margin_aim and not established(accuracy, ev.roles))) and cfg.max_fallback != 0:
             data, info, accuracy, fails, fallback, fallback_kind, fallback_why = _fallback(
                 cfg, adapter, ev, qparams, data, info, accuracy, fails)
@@ -506,7 +505,7 @@ def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str,
     where :func:`fallback_steps` says so, float last. Returns ``(data, info, accuracy, failures,
     layers, precision, why)``."""
     from .accuracy import established
-    from .fallback import search_fallback
+    from .fallback import search_fallback, widen_to_margin
 
     steps, why = fallback_steps(cfg)
     order = rank_layers(adapter, ev, qparams, cfg.tflite_io, data)
@@ -537,11 +536,9 @@ def _fallback(cfg: Any, adapter: TFLiteAdapter, ev: _Eval, qparams: Mapping[str,
         if ok:
             break
     if ok and ev.margin_aim:    # on to the fewest layers whose samples establish the budget
-        ev.margin_held = established(built[(kind, len(prefix))][2], ev.roles)
-        if not ev.margin_held:
-            wide, _, ev.margin_held, _ = search_fallback(order, established_as(kind), limit=cfg.max_fallback,
-                                                         start=len(prefix))
-            prefix = list(wide) if ev.margin_held else prefix
+        prefix, _, ev.margin_held, _ = widen_to_margin(order, prefix, None,
+                                                       established(built[(kind, len(prefix))][2], ev.roles),
+                                                       established_as(kind), cfg.max_fallback)
     if not prefix or (kind, len(prefix)) not in built:
         return data, info, accuracy, failures, [], kind, why
     d, inf, acc, fails = built[(kind, len(prefix))]
