@@ -653,9 +653,11 @@ class _Run:
         if cfg.eval_data is None and self.held_out is None:
             return
         self.ref_sess = ort_session(self.work)
+        if self.tflite_output:
+            self.cpu["judged_as"] = "the written .tflite, run by LiteRT with its default delegate"
         eval_src = self.held_out if cfg.eval_data is None else \
             _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess, cfg)
-        eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None else 1
+        eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None and not self.tflite_output else 1
 
         ref_cache: Dict[Optional[int], List[Dict[str, np.ndarray]]] = {}
         metric = cfg.task_metric if callable(cfg.task_metric) else None  # names are resolved in quantize()
@@ -664,7 +666,7 @@ class _Run:
         def run_eval(qproto: Any, limit: Optional[int] = None) -> Dict[str, Any]:
             """INT8 against FP32 on the held-out data (its first ``limit`` samples)."""
             samples = eval_src.samples() if limit is None else itertools.islice(eval_src.samples(), limit)
-            return evaluate(self.ref_sess, ort_session(qproto, unfused=not self.runs_here),
+            return evaluate(self.ref_sess, self._candidate_session(qproto),
                             _with_labels(batched(samples, eb), cfg.labels), ref_cache=ref_cache.setdefault(limit, []),
                             task_metric=metric, roles=roles)
 
@@ -690,6 +692,17 @@ class _Run:
         if holds is False:
             self.failures.append(f"the accuracy budget ({self.budget.describe()}) does not hold even with "
                                  f"{len(self.fallback)} layers in float")
+
+    def _candidate_session(self, qproto: Any) -> Any:
+        """What judges a candidate: the ``.tflite`` it is written as (``-o m.tflite``, run by LiteRT),
+        else onnxruntime as the target computes it (this host's kernels, or the exact arithmetic)."""
+        from .accuracy import ort_session
+
+        if self.tflite_output:
+            from .tflite_model import WrittenTFLite
+
+            return WrittenTFLite(qproto, self.cfg.tflite_io, self.cfg.input_shapes)
+        return ort_session(qproto, unfused=not self.runs_here)
 
     def _passes(self, result: Mapping[str, Any], margin: bool) -> bool:
         """The budget holds on ``result``; with ``margin``, its samples also establish it

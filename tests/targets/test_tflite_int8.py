@@ -275,3 +275,33 @@ def test_hard_swish_float_between_int8_grids_for_a_cpu_expanded_for_integer_only
         want = sess.run(None, feed)[0]
         step = float(np.abs(np.diff(np.unique(want))).min())
         assert np.abs(got - want).max() <= 3 * step + 1e-6
+
+
+def test_the_guard_judges_the_written_file_not_its_qdq_model(tmp_path):
+    """``-o m.tflite`` from an ONNX model: the accuracy the report gives (and the budget and the fallback
+    read) is the written file's through LiteRT, not the Q/DQ model's through onnxruntime (layout-cdla's
+    Q/DQ model read 1.0 on its 8 held-out pages and its file 0.83)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from sdk.quantize.accuracy import OutputAccumulator
+
+    src, ev = _net(tmp_path / "m.onnx"), _feeds(12, 3)
+    kw = dict(scheme="tflite", eval_data=ev, speed_check=False, use_cache=False, workers=1)
+    res = quantize(src, _feeds(16, 0), output=tmp_path / "m.tflite", **kw)
+    qdq = quantize(src, _feeds(16, 0), output=tmp_path / "m.qdq.onnx", **kw)
+    assert res.report["cpu"]["judged_as"].startswith("the written .tflite")
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    it = Interpreter(model_path=str(tmp_path / "m.tflite"))     # its default delegate, as a user runs it
+    it.allocate_tensors()
+    file_acc, qdq_acc = OutputAccumulator(), OutputAccumulator()
+    sess = ort.InferenceSession(str(tmp_path / "m.qdq.onnx"), providers=["CPUExecutionProvider"])
+    for feed in ev:
+        it.set_tensor(it.get_input_details()[0]["index"], feed["x"])
+        it.invoke()
+        want = ref.run(None, feed)[0]
+        file_acc.update(want, it.get_tensor(it.get_output_details()[0]["index"]))
+        qdq_acc.update(want, sess.run(None, feed)[0])
+    reported = res.report["accuracy"]["outputs"]["prob"]
+    assert reported["cosine"] == pytest.approx(file_acc.result()["cosine"], abs=1e-7)
+    # the file and its Q/DQ model differ here (requantization rounding), so the check above tells them apart
+    assert abs(file_acc.result()["cosine"] - qdq.report["accuracy"]["outputs"]["prob"]["cosine"]) > 1e-6
