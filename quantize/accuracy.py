@@ -123,8 +123,8 @@ def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any], keep_pair
     pairs = getattr(result, "pairs", {})
     for k, role in roles.items():
         row = result["outputs"].get(k)
-        if row is None or "role_score" not in row or k not in pairs:
-            continue
+        if row is None or "role_score" not in row or k not in pairs or "role_interval" in row:
+            continue      # not judged by its role, or its interval found already (the margin search asks again)
         lo, hi = role.interval(*pairs[k])
         row.update({"role_interval": [lo, hi], "role_interval_level": INTERVAL_LEVEL,
                     "role_established": bool(lo >= row["role_min"])})

@@ -393,9 +393,8 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
     if output is not None and Path(output).suffix.lower() == ".tflite":
         _check_tflite_output(cfg)
     t_start = time.perf_counter()
-    run = _Run(cfg)
+    run = _Run(cfg, tflite_output=output is not None and Path(output).suffix.lower() == ".tflite")
     run.defer_stats = output is not None       # -o and --stats are written together, as one set
-    run.tflite_output = output is not None and Path(output).suffix.lower() == ".tflite"
     run.prepare(model)
     run.calibrate(calib)
     run.plan()
@@ -417,7 +416,7 @@ def quantize(model: Any, calib: Any, config: Optional[QuantizeConfig] = None, *,
 class _Run:
     """The state of one :func:`quantize` call, step by step (each step a small method)."""
 
-    def __init__(self, cfg: QuantizeConfig):
+    def __init__(self, cfg: QuantizeConfig, tflite_output: bool = False):
         from .methods import get_method
 
         self.cfg = cfg
@@ -434,7 +433,9 @@ class _Run:
         #: the written model runs on this host's onnxruntime kernels: judge it as they compute it; any
         #: other target is judged on the exact int8 arithmetic, Q/DQ unfused (:func:`.accuracy.ort_session`)
         self.runs_here = self.scheme.host_runtime and cfg.cpu_arch is None and cfg.cpu_flags is None
-        self.cpu["judged_as"] = ("this host's onnxruntime int8 kernels" if self.runs_here else
+        self.tflite_output = tflite_output                  # -o *.tflite: the converter writes the QDQ model
+        self.cpu["judged_as"] = ("the written .tflite, run by LiteRT with its default delegate" if tflite_output
+                                 else "this host's onnxruntime int8 kernels" if self.runs_here else
                                  "the exact int8 arithmetic (Q/DQ unfused), as the target computes it")
         self.method = cfg.method or self.scheme.default_method
         get_method(self.method)  # unknown method: fail before any work
@@ -456,7 +457,6 @@ class _Run:
         self.run_eval: Optional[Callable[..., Dict[str, Any]]] = None
         self.balancing: Optional[Dict[str, Any]] = None     # activation-weight balancing tried (smooth.py)
         self.balanced_layers: Dict[str, str] = {}           # layer -> "int8 (balanced, a=0.5)"
-        self.tflite_output = False                          # -o *.tflite: the converter writes the QDQ model
         self.fallback_precision = "float"                   # the fallback layers' precision: float or int16
         self.fallback_why = ""
         self.roles: Dict[str, Any] = {}
@@ -653,8 +653,6 @@ class _Run:
         if cfg.eval_data is None and self.held_out is None:
             return
         self.ref_sess = ort_session(self.work)
-        if self.tflite_output:
-            self.cpu["judged_as"] = "the written .tflite, run by LiteRT with its default delegate"
         eval_src = self.held_out if cfg.eval_data is None else \
             _eval_source(cfg.eval_data, cfg.labels, self.prepared, cfg.preprocess, cfg)
         eb = 8 if _dynamic_batch(self.prepared) and cfg.task_metric is None and not self.tflite_output else 1

@@ -99,6 +99,12 @@ class Role:
         lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
         return min(float(lo), score), max(float(hi), score)
 
+    def resampled_score(self, reference: Sequence[Any], candidate: Sequence[Any]) -> float:
+        """The score through :meth:`resampler` (every unit, in order): :meth:`score` of a role whose
+        per-sample work lives in its resampler."""
+        n, score_of = self.resampler(reference, candidate)
+        return score_of(np.arange(n))
+
     def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
         """The bootstrap's units and the score of a resampling of them (indices): the samples and
@@ -300,8 +306,7 @@ class Mask(Role):
     default_min = 0.97
 
     def score(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> float:
-        n, score_of = self.resampler(reference, candidate)
-        return score_of(np.arange(n))
+        return self.resampled_score(reference, candidate)
 
     def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
@@ -526,8 +531,7 @@ class Detections(Role):
         if self._anchor_arrays(reference, candidate):
             at = [self._anchor_map(reference, candidate, t) for t in self.THRESHOLDS]
             return min(x for x in at if x is not None)
-        n, score_of = self.resampler(reference, candidate)
-        return score_of(np.arange(n))
+        return self.resampled_score(reference, candidate)
 
     def resampler(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:
@@ -615,8 +619,7 @@ class DetectionHeads(Role):
         return decode_dfl_heads(heads[:len(levels)], heads[len(levels):], levels, conf, self.IOU)
 
     def score(self, reference: Sequence[Any], candidate: Sequence[Any]) -> float:
-        n, score_of = self.resampler(reference, candidate)
-        return score_of(np.arange(n))
+        return self.resampled_score(reference, candidate)
 
     def resampler(self, reference: Sequence[Any], candidate: Sequence[Any]
                   ) -> Tuple[int, Callable[[np.ndarray], float]]:

@@ -160,31 +160,27 @@ class WrittenTFLite:
         meta = onnx_names(data)
         self._it = _int8_interpreter(data)
 
-        def ports(details: Sequence[Mapping[str, Any]], names: Mapping[str, Any]) -> List[Tuple[str, Any]]:
+        def ports(details: Sequence[Mapping[str, Any]], names: Mapping[str, Any]) -> List[Tuple[str, str, Any]]:
+            """``(file's name, ONNX name, perm)`` per port (the file's tensor: the ONNX value transposed by perm)."""
             out = []
             for d in details:
                 entry = names.get(d["name"]) or {}
-                out.append((str(entry.get("onnx") or d["name"]), tuple(entry["perm"]) if entry.get("perm") else None))
+                perm = tuple(entry["perm"]) if entry.get("perm") else None
+                out.append((d["name"], str(entry.get("onnx") or d["name"]), perm))
             return out
 
         self._in = ports(self._it.get_input_details(), meta.get("inputs") or {})
         self._out = ports(self._it.get_output_details(), meta.get("outputs") or {})
-        self._in_names = [d["name"] for d in self._it.get_input_details()]
 
     def run(self, names: Optional[Sequence[str]], feed: Mapping[str, np.ndarray]) -> List[np.ndarray]:
         """Each sample of ``feed`` through the file (its shapes are static: one sample at a time),
         the outputs ``names`` stacked again, in ONNX layout."""
         rows = []
         for row in _rows(feed):
-            tfl = {}
-            for tname, (onnx_name, perm) in zip(self._in_names, self._in):
-                x = np.asarray(row[onnx_name])
-                tfl[tname] = x.transpose(perm) if perm else x
-            got = {}
-            for y, (onnx_name, perm) in zip(_run_int8(self._it, tfl), self._out):
-                got[onnx_name] = y.transpose(np.argsort(perm)) if perm else y
-            rows.append(got)
-        wanted = list(names) if names else [n for n, _ in self._out]
+            tfl = {t: np.asarray(row[o]).transpose(p) if p else row[o] for t, o, p in self._in}
+            rows.append({o: y.transpose(np.argsort(p)) if p else y
+                         for y, (_, o, p) in zip(_run_int8(self._it, tfl), self._out)})
+        wanted = list(names) if names else [o for _, o, _ in self._out]
         return [np.concatenate([r[n] for r in rows]) for n in wanted]
 
 
