@@ -118,7 +118,7 @@ class Role:
                 **{k: v for k, v in self.params.items() if isinstance(v, (str, int, float, bool))}}
 
 
-def wilson_interval(agreeing: int, total: int, level: float = INTERVAL_LEVEL) -> Tuple[float, float]:
+def wilson_interval(agreeing: float, total: int, level: float = INTERVAL_LEVEL) -> Tuple[float, float]:
     """Wilson's score interval of the share ``agreeing / total`` at confidence ``level``."""
     from statistics import NormalDist
 

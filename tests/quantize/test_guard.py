@@ -93,8 +93,10 @@ def _classifier(path):
 
 def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict(tmp_path):
     """10 held-out rows all agreeing hold a top-1 bound of 0.99, but cannot establish it (Wilson's
-    90% interval reaches 0.79): one warning line naming the output, its score and interval; the model
-    is written; --strict makes it a failure (exit 1 in the CLI)."""
+    90% interval reaches 0.79): one warning line naming the output, its score and interval, and about
+    how many samples would establish it (268 rows agreeing: Wilson's low end 268/270.7 = 0.990, so 268
+    held out, a fifth of 1340 calibration samples); the model is written; --strict makes it a failure
+    (exit 1 in the CLI)."""
     model = _classifier(tmp_path / "cls.onnx")
     calib = tmp_path / "calib.npz"
     np.savez(calib, x=qmodels.make_data(48, (3, 12, 12), seed=1))
@@ -106,13 +108,15 @@ def test_a_budget_the_held_out_samples_cannot_establish_is_said_and_fails_strict
     assert abs(out["role_interval"][0] - 0.7871) < 1e-4 and out["role_interval_level"] == 0.9
     weak = [w for w in res.report["warnings"] if "cannot establish" in w]
     assert len(weak) == 1 and "the budget holds on 10 samples" in weak[0] and "0.7871-1.0000" in weak[0], weak
-    assert weak[0].endswith("give more calibration data, or --eval with more samples")
+    assert out["role_units"] == [10, 10]
+    assert weak[0].endswith("give more calibration data (about 1340 samples like these: 268 held out), "
+                            "or --eval with more samples"), weak
     strict = quantize(model, calib, workers=1, speed_check=False, use_cache=False, strict=True)
     assert not strict.ok and any("cannot establish" in f for f in strict.failures)
     evald = quantize(model, calib, eval_data=[{"x": x[None]} for x in qmodels.make_data(12, (3, 12, 12), seed=5)], workers=1,
                      speed_check=False, use_cache=False)    # with --eval, the fix is more --eval samples
     said = [w for w in evald.report["warnings"] if "cannot establish" in w]
-    assert len(said) == 1 and "the budget holds on 12 samples" in said[0] and said[0].endswith("give --eval more samples")
+    assert len(said) == 1 and "the budget holds on 12 samples" in said[0] and said[0].endswith("give --eval more samples (about 268 samples like these)")
     r = _sdk("quantize", model, "--calib", calib, "-o", tmp_path / "q.onnx", "--no-speed-check", "--no-cache",
              "--workers", "1", "--strict")
     assert r.returncode == 1 and (tmp_path / "q.onnx").is_file(), r.stderr
@@ -176,3 +180,20 @@ def test_cli_says_what_accuracy_was_checked_on(residual_model, residual_calib, t
     assert r.returncode == 1
     assert "accuracy was not checked: 10 calibration samples are too few" in r.stdout + r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_units_to_establish_is_the_fewest_that_put_wilsons_low_end_at_the_bound():
+    """The count the warning sizes its advice from: at that count the low end reaches the bound, one
+    fewer does not; a share at or under the bound has none; a recognizer's characters per sample turn it
+    into samples."""
+    from sdk.quantize.accuracy import _samples_to_establish, units_to_establish
+    from sdk.quantize.roles import wilson_interval
+
+    for share, bound in ((1.0, 0.99), (0.995, 0.99), (1.0, 0.95), (0.97, 0.95)):
+        n = units_to_establish(share, bound, 0.9)
+        assert wilson_interval(share * n, n, 0.9)[0] >= bound > wilson_interval(share * (n - 1), n - 1, 0.9)[0]
+    assert units_to_establish(1.0, 0.99, 0.9) == 268
+    assert units_to_establish(0.99, 0.99, 0.9) is None and units_to_establish(0.98, 0.99, 0.9) is None
+    row = {"role_units": [51, 51], "role_min": 0.99, "role_interval_level": 0.9}   # 8 lines, 51 characters
+    assert _samples_to_establish(row, 8) == 43          # ceil(268 * 8 / 51)
+    assert _samples_to_establish({"role_min": 0.95, "role_interval_level": 0.9}, 8) is None   # a pooled score
