@@ -23,6 +23,7 @@ import os
 import time
 import warnings
 import zipfile
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -247,6 +248,7 @@ class _Builder:
         self.bias_correction = bias_correction
         self.idx = idx if idx is not None else GraphIndex(proto)  # shape inference: reuse the caller's
         self.corrected = 0
+        self.bias_memo: Dict[Any, Any] = {}     # each layer's corrected bias, made once per run
 
     def build(self, exclude: Iterable[str] = (), only: Optional[Iterable[str]] = None,
               scheme: Optional[Scheme] = None) -> Tuple[Any, QuantPlan, Dict[str, QParams]]:
@@ -258,10 +260,12 @@ class _Builder:
         plan = scheme.plan(self.idx, exclude=exclude, only=only)
         proto, idx = self.proto, self.idx
         if self.bias_correction and plan.weights:
-            proto, self.corrected = correct_biases(proto, plan, self.stats, scheme.reduce_range)
-            idx = GraphIndex(proto)
+            proto, self.corrected = correct_biases(proto, plan, self.stats, scheme.reduce_range, self.idx,
+                                                   self.bias_memo)
+            idx = GraphIndex(proto, types_of=self.idx)      # the same nodes, other bias initializers
             plan = scheme.plan(idx, exclude=exclude, only=only)
-        qproto, qparams = emit_qdq(proto, plan, self.ranges, scheme)
+        # a candidate is checked by the runtime that judges it; the final model by _Run.result
+        qproto, qparams = emit_qdq(proto, plan, self.ranges, scheme, types_of=idx, check=False)
         return qproto, plan, qparams
 
 
@@ -434,6 +438,8 @@ class _Run:
         #: other target is judged on the exact int8 arithmetic, Q/DQ unfused (:func:`.accuracy.ort_session`)
         self.runs_here = self.scheme.host_runtime and cfg.cpu_arch is None and cfg.cpu_flags is None
         self.tflite_output = tflite_output                  # -o *.tflite: the converter writes the QDQ model
+        #: the candidates' .tflite conversions by their Q/DQ model's digest: the final one is written as judged
+        self.converted: "OrderedDict[str, Mapping[str, Any]]" = OrderedDict()
         self.cpu["judged_as"] = ("the written .tflite, run by LiteRT with its default delegate" if tflite_output
                                  else "this host's onnxruntime int8 kernels" if self.runs_here else
                                  "the exact int8 arithmetic (Q/DQ unfused), as the target computes it")
@@ -699,8 +705,18 @@ class _Run:
         if self.tflite_output:
             from .tflite_model import WrittenTFLite
 
-            return WrittenTFLite(qproto, self.cfg.tflite_io, self.cfg.input_shapes)
+            key = _proto_digest(qproto)
+            written = WrittenTFLite(qproto, self.cfg.tflite_io, self.cfg.input_shapes, self.notes["source_sha256"],
+                                    converted=self.converted.pop(key, None))
+            self.converted[key] = written.converted          # the newest last; the oldest go past the cap
+            while len(self.converted) > 1 and sum(len(c["data"]) for c in self.converted.values()) > _CONVERTED_CAP:
+                self.converted.pop(next(iter(self.converted)))
+            return written
         return ort_session(qproto, unfused=not self.runs_here)
+
+    def written_tflite(self) -> Optional[Mapping[str, Any]]:
+        """The final model's ``.tflite`` conversion as the guard judged it (None: not kept or not made)."""
+        return self.converted.get(_proto_digest(self.qproto)) if self.tflite_output and self.converted else None
 
     def _passes(self, result: Mapping[str, Any], margin: bool) -> bool:
         """The budget holds on ``result``; with ``margin``, its samples also establish it
@@ -947,6 +963,9 @@ class _Run:
             report["budget"] = self.budget_report
             if self.fallback:
                 report["fallback_evaluations"] = getattr(self, "fallback_evaluations", None)
+        from .qdq import check_quantized
+
+        check_quantized(self.qproto)
         return QuantizeResult(self.prepared.derive(self.qproto), report, stats, self.ranges, plan, self.qparams,
                               self.scheme, failures=list(self.failures))
 
@@ -989,6 +1008,9 @@ class _Run:
 
     def extras(self) -> Dict[str, Any]:
         extras: Dict[str, Any] = {}
+        written = self.written_tflite()
+        if written is not None:
+            extras["tflite_converted"] = written
         if self.scheme.writes_calibration_cache:
             extras["trt_scales"] = {n: max(abs(r[0]), abs(r[1])) / 127.0 for n, r in self.ranges.items()}
         if self.scheme.exports_ranges or self.cfg.ranges_path is not None:
@@ -997,6 +1019,15 @@ class _Run:
             extras["ranges"] = export_ranges(self.qplan, self.ranges, self.qparams, self.builder.proto, self.scheme,
                                              all_ranges=self.ranges)
         return extras
+
+
+#: how many bytes of candidate .tflite conversions a run keeps to write the final one as judged
+_CONVERTED_CAP = 256 << 20
+
+
+def _proto_digest(proto: Any) -> str:
+    """The sha256 of a ModelProto's deterministic serialization."""
+    return hashlib.sha256(proto.SerializeToString(deterministic=True)).hexdigest()
 
 
 def _target_cpu(cfg: QuantizeConfig) -> Dict[str, Any]:
@@ -1253,7 +1284,9 @@ def _write_outputs_locked(res: QuantizeResult, extras: Dict[str, Any], output: P
         c = cfg or QuantizeConfig(scheme="tflite")
         res.report["tflite"] = write_qdq_tflite(res.model.proto, output, io=c.tflite_io,
                                                 input_shapes=c.input_shapes, source_sha256=res.report.get(
-                                                    "model", {}).get("sha256", ""))
+                                                    "model", {}).get("sha256", ""),
+                                                converted=extras.get("tflite_converted"))
+        res.report["tflite"]["judged"] = "tflite_converted" in extras   # these bytes are the ones the guard ran
         from ..model import Model
 
         saved = Model.load(output)

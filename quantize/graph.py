@@ -23,7 +23,9 @@ class GraphIndex:
     """Producer / consumer maps, initializers and float activation tensors of a ModelProto's main
     graph (types from ONNX shape inference)."""
 
-    def __init__(self, proto: Any):
+    def __init__(self, proto: Any, types_of: Optional["GraphIndex"] = None):
+        """``types_of``: an index of a model with the same nodes and value types (a copy of it with
+        other initializers, as bias correction makes): its types are taken, no shape inference."""
         import onnx
 
         from ..formats.onnx import weightless
@@ -43,12 +45,16 @@ class GraphIndex:
                     self.consumers[name].append((node, i))
         self.graph_inputs = [vi.name for vi in g.input if vi.name not in self.inits]
         self.graph_outputs = [vi.name for vi in g.output]
+        self.constants: Set[str] = {n.output[0] for n in g.node if n.op_type == "Constant" and n.output}
+        self.elem_type: Dict[str, int] = {}
+        self.shape: Dict[str, Optional[List[Any]]] = {}
+        if types_of is not None:
+            self.elem_type, self.shape = dict(types_of.elem_type), dict(types_of.shape)
+            return
         try:
             inferred = onnx.shape_inference.infer_shapes(weightless(proto))   # the weights not serialized
         except Exception:  # inference failing leaves types unknown; calibration still works
             inferred = proto
-        self.elem_type: Dict[str, int] = {}
-        self.shape: Dict[str, Optional[List[Any]]] = {}
         # weightless() declares the weights as inputs: those the model does not declare stay out, as
         # full inference leaves them (large Constants' outputs stay in: full inference types them)
         declared = {vi.name for vi in g.input}
@@ -58,7 +64,6 @@ class GraphIndex:
             self.elem_type[vi.name] = tt.elem_type
             if tt.HasField("shape"):
                 self.shape[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        self.constants: Set[str] = {n.output[0] for n in g.node if n.op_type == "Constant" and n.output}
 
     def is_float(self, name: str) -> bool:
         return self.elem_type.get(name) in _FLOAT_TYPES

@@ -12,7 +12,7 @@ from ..errors import QuantizationError
 from .graph import GraphIndex
 from .schemes.base import QParams, QuantPlan, Scheme
 
-__all__ = ["activation_qparams", "quantize_weight", "resolve_ranges", "emit_qdq", "export_ranges"]
+__all__ = ["activation_qparams", "quantize_weight", "resolve_ranges", "emit_qdq", "check_quantized", "export_ranges"]
 
 Range = Tuple[float, float]
 
@@ -245,13 +245,16 @@ def _int16_qparams(r: Range, fixed: bool) -> QParams:
     return QParams(np.float32(scale), 0, "int16")
 
 
-def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: Scheme) -> Tuple[Any, Dict[str, QParams]]:
-    """A copy of ``proto`` with the plan's Q/DQ nodes; returns ``(model, activation qparams)``."""
+def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: Scheme,
+             types_of: Optional[GraphIndex] = None, check: bool = True) -> Tuple[Any, Dict[str, QParams]]:
+    """A copy of ``proto`` with the plan's Q/DQ nodes; returns ``(model, activation qparams)``.
+    ``types_of``: ``proto``'s index (its value types are reused, no shape inference); ``check``:
+    run :func:`check_quantized` on the result."""
     import onnx
 
     out = onnx.ModelProto()
     out.CopyFrom(proto)
-    em = _Emitter(GraphIndex(out), scheme)
+    em = _Emitter(GraphIndex(out, types_of=types_of), scheme)
     qparams = em.activations(plan, resolve_ranges(plan, ranges))
     em.biases(plan, qparams, em.weights(plan))
     em.outputs()
@@ -259,12 +262,20 @@ def emit_qdq(proto: Any, plan: QuantPlan, ranges: Mapping[str, Range], scheme: S
     if plan.int16 and not any(o.domain == "com.microsoft" for o in out.opset_import):
         out.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     _drop_dead_initializers(out)
+    if check:
+        check_quantized(out)
+    return out, qparams
+
+
+def check_quantized(proto: Any) -> None:
+    """ONNX's checker on a quantized model: :class:`QuantizationError` naming the first problem."""
+    import onnx
+
     try:
-        onnx.checker.check_model(out)
+        onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0]
         raise QuantizationError(f"the quantized graph is invalid: {first}") from exc
-    return out, qparams
 
 
 HANDED_SUFFIX = "_QuantizeLinear_Input"

@@ -476,7 +476,7 @@ class Detections(Role):
             scores = pred[:, self.params.get("first_score", 4):]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
-        m = best >= conf
+        m = best > conf   # strict, as ultralytics' and PicoDet's post-processing
         if grid:
             return _classwise_nms(decoded[m].astype(np.float32), best[m].astype(np.float32), cls[m], self.IOU)
         if self.params.get("boxes", "xywh") == "xywh":
@@ -509,11 +509,11 @@ class Detections(Role):
         rs, rc = zip(*(best(r) for r in reference))
         cs, cc = zip(*(best(c) for c in candidate))
         r_s, r_c, c_s, c_c = (np.concatenate(x) for x in (rs, rc, cs, cc))
-        truth = r_s >= conf
+        truth = r_s > conf
         if not truth.any():
-            return (1.0 if not (c_s >= conf).any() else 0.0) if conf <= self.CONF else None
+            return (1.0 if not (c_s > conf).any() else 0.0) if conf <= self.CONF else None
         # FP32's own detections under the threshold (same anchor, same class) are ignored, as box_map's ignore
-        ranked = (c_s >= conf / 10) & ~((r_s >= conf / 10) & ~truth & (r_c == c_c))
+        ranked = (c_s > conf / 10) & ~((r_s > conf / 10) & ~truth & (r_c == c_c))
         aps = []
         for k in np.unique(r_c[truth]):
             mine = ranked & (c_c == k)
@@ -547,15 +547,15 @@ def _map_at_thresholds(reference: Sequence[np.ndarray], candidate: Sequence[np.n
                        ) -> Tuple[int, Callable[[np.ndarray], float]]:
     """``(samples, score of a resampling)`` of detections per sample ``[x1, y1, x2, y2, score, class]``
     decoded down to a tenth of the lowest threshold: at each threshold ``t``, :func:`box_map`'s rules
-    (FP32's detections >= t the truth, the candidate's >= t/10 ranked, FP32's between them ignored)
+    (FP32's detections > t the truth, the candidate's > t/10 ranked, FP32's between them ignored)
     and the lowest score counting. Greedy NMS suppresses a box by higher-scoring boxes only, so the
-    boxes >= t of one low decode are those a decode at t keeps. A threshold above the lowest at which
+    boxes > t of one low decode are those a decode at t keeps. A threshold above the lowest at which
     FP32 finds nothing in the samples picked judges nothing; at the lowest, finding nothing, the
     candidate must find nothing either."""
     from ..corpus.tasks import _match, below_threshold, map_of_matches
 
     def above(d: np.ndarray, t: float) -> np.ndarray:
-        return d[d[:, 4] >= t] if len(d) else d
+        return d[d[:, 4] > t] if len(d) else d
 
     lowest = min(thresholds)
     per: List[Tuple[float, List[np.ndarray], List[Any]]] = []

@@ -153,10 +153,14 @@ class WrittenTFLite:
     from the file's ``edgesdk.onnx`` metadata): the guard judges the file it ships, not the Q/DQ
     model it came from (layout-cdla: 1.0 for the Q/DQ model on 8 held-out pages, 0.83 for its file)."""
 
-    def __init__(self, qproto: Any, io: str = "float", input_shapes: Optional[Mapping[str, Sequence[int]]] = None):
+    def __init__(self, qproto: Any, io: str = "float", input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                 source_sha256: str = "", converted: Optional[Mapping[str, Any]] = None):
         from ..targets.tflite.convert import onnx_names, onnx_to_tflite_bytes
 
-        data = onnx_to_tflite_bytes(qproto, input_shapes, int8_io=io, all_float_ok=True)["data"]
+        #: the conversion record (``onnx_to_tflite_bytes``): ``-o`` writes these very bytes
+        self.converted = converted or onnx_to_tflite_bytes(qproto, input_shapes, int8_io=io, all_float_ok=True,
+                                                           source_sha256=source_sha256)
+        data = self.converted["data"]
         meta = onnx_names(data)
         self._it = _int8_interpreter(data)
 

@@ -149,8 +149,9 @@ def _match(ref: np.ndarray, cand: np.ndarray, iou: float, ignore: Optional[np.nd
 
 
 def below_threshold(low: np.ndarray, conf: float) -> np.ndarray:
-    """The detections of ``low`` (decoded down to a lower threshold) scoring under ``conf``."""
-    return low[low[:, 4] < conf] if len(low) else low
+    """The detections of ``low`` (decoded down to a lower threshold) that ``conf`` does not keep
+    (scores <= ``conf``: the detectors keep a score > their threshold)."""
+    return low[low[:, 4] <= conf] if len(low) else low
 
 
 def box_f1(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5) -> float:
@@ -249,7 +250,7 @@ class YoloV8Detect(_Detector):
         scores = pred[:, 4:]
         cls = scores.argmax(1)
         best = scores[np.arange(len(cls)), cls]
-        m = best >= (self.conf if conf is None else conf)
+        m = best > (self.conf if conf is None else conf)   # ultralytics' ``amax(1) > conf_thres``
         cx, cy, w, h = pred[m, 0], pred[m, 1], pred[m, 2], pred[m, 3]
         boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
         return _classwise_nms(boxes, best[m], cls[m], self.iou)

@@ -96,13 +96,14 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
 
 def write_qdq_tflite(proto: Any, output: Path, *, io: str = "float",
                      input_shapes: Optional[Mapping[str, Sequence[int]]] = None, source_sha256: str = "",
-                     io_layout: str = "onnx") -> Dict[str, Any]:
+                     io_layout: str = "onnx", converted: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """Write a QDQ ONNX model (the quantizer's ``tflite`` scheme) as a full-integer ``.tflite``
-    (atomically); returns the conversion record (ops, int8/float op counts, bytes)."""
+    (atomically); returns the conversion record (ops, int8/float op counts, bytes). ``converted``: this
+    same conversion, already made (the quantizer's guard judged those bytes), written as it is."""
     from ...atomic import atomic_write
 
-    res = onnx_to_tflite_bytes(proto, input_shapes, io_layout=io_layout, int8_io=io, source_sha256=source_sha256,
-                               all_float_ok=True)
+    res = converted or onnx_to_tflite_bytes(proto, input_shapes, io_layout=io_layout, int8_io=io,
+                                            source_sha256=source_sha256, all_float_ok=True)
     Path(output).parent.mkdir(parents=True, exist_ok=True)
     atomic_write(output, res["data"])
     return {"path": str(output), "bytes": len(res["data"]), "ops": res["ops"], "io": io,

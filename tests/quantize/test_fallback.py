@@ -129,3 +129,29 @@ def test_int8_only_from_the_qdq_model_stands_for_the_builders(own_noise):
     ours = [r["layer"] for r in rank_layers(own_noise.ref, full, own_noise.layers, own_noise.feeds, ort_session,
                                            lambda keep: int8_only(own_noise.ref, full, keep))]
     assert ours[:3] == builder[:3], (ours, builder)
+
+
+def test_search_builds_equal_a_build_from_scratch(residual_model, residual_calib):
+    """The fallback search's builds reuse each layer's corrected bias and the model's value types,
+    and skip ONNX's checker (the final model gets it): each is byte for byte the model that bias
+    correction, shape inference and the checker from scratch give, for any set of float layers."""
+    from sdk.quantize.api import QuantizeConfig, _Run
+    from sdk.quantize.bias_correction import correct_biases
+    from sdk.quantize.graph import GraphIndex
+    from sdk.quantize.qdq import emit_qdq
+
+    run = _Run(QuantizeConfig(workers=1, speed_check=False, progress=False, use_cache=False))
+    run.prepare(str(residual_model))
+    run.calibrate(str(residual_calib))
+    run.plan()
+    b = run.builder
+    layers = list(run.qplan.layers)
+    assert len(layers) >= 4 and b.bias_correction
+    for exclude in ([], layers[:1], layers[1:3], layers[:3], []):
+        got, plan, _ = b.build(exclude=exclude)
+        first = b.scheme.plan(GraphIndex(b.proto), exclude=exclude)
+        fixed, corrected = correct_biases(b.proto, first, b.stats, b.scheme.reduce_range)
+        assert corrected > 0
+        want, _ = emit_qdq(fixed, b.scheme.plan(GraphIndex(fixed), exclude=exclude), b.ranges, b.scheme)
+        assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
+    assert len(b.bias_memo) == corrected          # one corrected bias per layer, made once

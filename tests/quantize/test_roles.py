@@ -509,6 +509,23 @@ def test_detections_are_judged_at_each_common_score_threshold():
     assert n == 3 and score_of(np.array([0, 1, 2])) == 0.0
 
 
+@pytest.mark.parametrize("boxes", ["xywh", "anchor"])
+def test_a_score_at_the_threshold_is_not_a_detection(boxes):
+    """Detectors keep a score above their threshold (ultralytics' ``> conf_thres``, PicoDet's
+    ``probs > score_threshold``): an FP32 box scoring exactly 0.25 is nothing any reader keeps, so
+    losing it costs nothing; one float32 step above, losing it reads 0."""
+    def head(score):
+        a = np.zeros((1, 1, 6), np.float32)
+        a[0, 0, :4] = [40, 40, 24, 24]
+        a[0, 0, 4] = score
+        return [a]
+
+    role = get_role("detections", layout="anchors", boxes=boxes)
+    above = float(np.nextafter(np.float32(0.25), np.float32(1)))
+    assert role.score(head(0.25), head(0.01)) == 1.0
+    assert role.score(head(above), head(0.01)) == 0.0
+    assert len(role.detections(head(0.25), 0.25)[0]) == 0 and len(role.detections(head(above), 0.25)[0]) == 1
+
 def test_anchor_detections_of_other_shapes_are_matched_as_boxes():
     """Anchor by anchor needs arrays of one shape; otherwise each anchor is matched as its own box
     (never the role calling itself back)."""

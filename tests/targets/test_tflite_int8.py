@@ -3,7 +3,7 @@
 ONNX model the same calibration made."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import onnxruntime as ort
@@ -20,15 +20,17 @@ pytest.importorskip("ai_edge_litert")
 RNG = np.random.default_rng(1)
 
 
-def _w(*shape: int, scale: float = 0.3) -> np.ndarray:
-    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+def _w(*shape: int, scale: float = 0.3, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+    return ((rng or RNG).standard_normal(shape) * scale).astype(np.float32)
 
 
 def _net(path) -> Any:
     """Conv+Relu -> depthwise Conv -> SiLU -> Concat(with a 1x1 branch) -> MaxPool -> Conv -> Sigmoid
     -> Reshape -> Gemm -> Softmax: every constrained case of the spec on a small graph."""
-    inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "dw": _w(8, 1, 3, 3), "db": _w(8), "w3": _w(4, 8, 1, 1),
-             "w4": _w(6, 12, 3, 3), "b4": _w(6), "wf": _w(10, 6 * 4 * 4), "bf": _w(10),
+    r = np.random.default_rng(1)     # the same net whichever tests ran before
+    inits = {"w1": _w(8, 3, 3, 3, rng=r), "b1": _w(8, rng=r), "dw": _w(8, 1, 3, 3, rng=r), "db": _w(8, rng=r),
+             "w3": _w(4, 8, 1, 1, rng=r), "w4": _w(6, 12, 3, 3, rng=r), "b4": _w(6, rng=r),
+             "wf": _w(10, 6 * 4 * 4, rng=r), "bf": _w(10, rng=r),
              "shape": np.array([1, 6 * 4 * 4], np.int64)}
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
@@ -305,3 +307,30 @@ def test_the_guard_judges_the_written_file_not_its_qdq_model(tmp_path):
     assert reported["cosine"] == pytest.approx(file_acc.result()["cosine"], abs=1e-7)
     # the file and its Q/DQ model differ here (requantization rounding), so the check above tells them apart
     assert abs(file_acc.result()["cosine"] - qdq.report["accuracy"]["outputs"]["prob"]["cosine"]) > 1e-6
+
+
+def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
+    """The final candidate's conversion, judged by the guard, is the file ``-o`` writes: each Q/DQ
+    model the run judges is converted once, the written file is byte for byte one of those, and no
+    conversion is made to write it."""
+    import hashlib
+
+    import sdk.targets.tflite.convert as conv
+
+    made: List[str] = []
+    real = conv.onnx_to_tflite_bytes
+
+    def counting(*a, **k):
+        res = real(*a, **k)
+        made.append(hashlib.sha256(res["data"]).hexdigest())
+        return res
+
+    monkeypatch.setattr(conv, "onnx_to_tflite_bytes", counting)
+    src = _net(tmp_path / "m.onnx")
+    res = quantize(src, _feeds(16, 0), output=tmp_path / "m.tflite", scheme="tflite", eval_data=_feeds(12, 3),
+                   speed_check=False, use_cache=False, workers=1)
+    written = hashlib.sha256((tmp_path / "m.tflite").read_bytes()).hexdigest()
+    assert res.report["tflite"]["judged"] is True and written in made
+    assert len(made) == len(set(made))            # no Q/DQ model converted twice, the final one included
+    meta = conv.onnx_names((tmp_path / "m.tflite").read_bytes())
+    assert meta["source_sha256"] == res.report["model"]["sha256"]
