@@ -334,3 +334,73 @@ def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
     assert len(made) == len(set(made))            # no Q/DQ model converted twice, the final one included
     meta = conv.onnx_names((tmp_path / "m.tflite").read_bytes())
     assert meta["source_sha256"] == res.report["model"]["sha256"]
+
+
+def _lstm_net(path, steps: int = 6, width: int = 8, hidden: int = 16) -> Any:
+    """x[1,T,W] -> Transpose -> MatMul (quantized) -> bidirectional LSTM (the calibration never sees
+    inside it) -> y[T,2,1,H]."""
+    r = np.random.default_rng(4)
+    inits = {"wm": (r.standard_normal((width, width)) * 0.4).astype(np.float32),
+             "W": (r.standard_normal((2, 4 * hidden, width)) * 0.3).astype(np.float32),
+             "R": (r.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32),
+             "B": (r.standard_normal((2, 8 * hidden)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2], name="time_major"),
+             helper.make_node("MatMul", ["xt", "wm"], ["m"], name="proj"),
+             helper.make_node("LSTM", ["m", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional",
+                              name="lstm")]
+    g = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 2, 1, hidden])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return save_checked(m, path)
+
+
+@pytest.mark.parametrize("io", ["float", "int8"])
+def test_an_lstm_reads_int8_per_channel_weights_on_float_activations(tmp_path, io):
+    """The LSTM's FULLY_CONNECTED (input projection and the recurrent one, one weight per direction
+    read at every step) take int8 weights, one scale per output row, on float activations (TFLite's
+    dynamic-range kernel) where the file has float I/O; the output stays close to FP32. Integer-only
+    files (int8 I/O) keep them float."""
+    src = _lstm_net(tmp_path / "lstm.onnx")
+    r = np.random.default_rng(5)
+    feeds = [{"x": r.standard_normal((1, 6, 8)).astype(np.float32)} for _ in range(16)]
+    out = tmp_path / f"lstm_{io}.tflite"
+    res = quantize(src, feeds, scheme="tflite", output=out, budget=False, speed_check=False, use_cache=False,
+                   workers=1, tflite_io=io)
+    it = _interp(out)
+    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    fcs = [op for op in it._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
+    lstm_fcs = [op for op in fcs if "lstm" in tensors[op["outputs"][0]]["name"]]
+    assert len(lstm_fcs) == 2 * 6 - 2 + 2       # per direction: the projection, then steps 2..6 recurrent
+    weights = {op["inputs"][1] for op in lstm_fcs}
+    assert len(weights) == 4                      # W and R of each direction, R shared by the steps
+    info = res.report["tflite"]
+    if io == "float":
+        assert info["hybrid_fully_connected"] == len(lstm_fcs)
+        for op in lstm_fcs:
+            x, w, y = (tensors[op["inputs"][0]], tensors[op["inputs"][1]], tensors[op["outputs"][0]])
+            assert x["dtype"] == np.float32 and y["dtype"] == np.float32 and w["dtype"] == np.int8
+            scales = w["quantization_parameters"]["scales"]
+            assert len(scales) == w["shape"][0] > 1      # one scale per output row
+        assert any("dynamic-range" in n for n in info["notes"])
+    else:
+        assert info["hybrid_fully_connected"] == 0
+        assert all(tensors[op["inputs"][1]]["dtype"] == np.float32 for op in lstm_fcs)
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for feed in feeds[:4]:
+        want = sess.run(None, feed)[0]
+        d = it.get_input_details()[0]
+        x = feed["x"]
+        if d["dtype"] == np.int8:
+            s, z = d["quantization"]
+            x = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
+        it.set_tensor(d["index"], x)
+        it.invoke()
+        o = it.get_output_details()[0]
+        got = it.get_tensor(o["index"]).astype(np.float32)
+        if o["dtype"] == np.int8:
+            s, z = o["quantization"]
+            got = (got - z) * s
+        cos = float(np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got))
+        assert cos > 0.99
