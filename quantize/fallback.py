@@ -107,6 +107,8 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
     side.CopyFrom(ref_proto)
     g = side.graph
     q_nodes = {n.name: n for n in q_proto.graph.node}
+    have_domains = {o.domain for o in side.opset_import}
+    side.opset_import.extend(o for o in q_proto.opset_import if o.domain not in have_domains)  # com.microsoft
     producer = {o: n for n in q_proto.graph.node for o in n.output}
     q_inits = {t.name: t for t in q_proto.graph.initializer}
     have_inits = {t.name for t in g.initializer}
@@ -162,6 +164,7 @@ def _side_by_side(ref_proto: Any, q_proto: Any, layers: Sequence[str],
         if node is None or not node.output or not node.output[0]:
             continue
         inputs = [source(i) if i else i for i in node.input]
+        need([i for i in node.input if i])   # stored int8 weights read directly (DynamicQuantizeLSTM's)
         out = clone(node, inputs, "__int8")
         q = quantizer_of.get(node.output[0])
         dq = dequantizer_of.get(q.output[0]) if q is not None else None

@@ -59,6 +59,9 @@ class QuantPlan:
     int8_readers: Dict[str, Set[Tuple[str, int]]] = field(default_factory=dict)
     outputs: Set[str] = field(default_factory=set)
     int8_outputs: Set[str] = field(default_factory=set)
+    #: recurrent nodes (LSTM) run with int8 weights and activations quantized at run time
+    #: (onnxruntime's DynamicQuantizeLSTM); in ``layers`` too
+    dynamic: List[str] = field(default_factory=list)
 
     def add_activation(self, tensor: str, consumer: Optional[Tuple[str, int]] = None) -> None:
         """QDQ on ``tensor`` for every consumer (``consumer`` None) or for one more consumer."""
@@ -79,6 +82,7 @@ class QuantPlan:
             "fixed": {k: list(v) for k, v in self.fixed.items()},
             **({"int16": sorted(self.int16)} if self.int16 else {}),
             **({"outputs": sorted(self.outputs)} if self.outputs else {}),
+            **({"dynamic": list(self.dynamic)} if self.dynamic else {}),
         }
 
 

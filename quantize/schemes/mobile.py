@@ -45,6 +45,8 @@ class _MobileEpScheme(OnnxRuntimeScheme):
 
     host_runtime = False
     ep: ClassVar[str] = ""
+    #: a com.microsoft op is no EP's: recurrent layers stay float
+    DYNAMIC: ClassVar[Tuple[str, ...]] = ()
     #: output tensor of these ops -> fixed (scale, zero point) the EP requires
     FIXED_OUTPUT: ClassVar[Dict[str, Tuple[float, int]]] = {}
 

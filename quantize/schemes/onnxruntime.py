@@ -52,6 +52,9 @@ class OnnxRuntimeScheme(Scheme):
     FOLDED: ClassVar[Tuple[str, ...]] = ("Relu", "Clip")
     #: outputs in [0, 1]: fixed range instead of a calibrated one
     UNIT_RANGE: ClassVar[Tuple[str, ...]] = ("Sigmoid", "Softmax")
+    #: recurrent ops run as onnxruntime's com.microsoft DynamicQuantizeLSTM: int8 weights, the
+    #: activations quantized at run time per step (no calibrated range inside the recurrence)
+    DYNAMIC: ClassVar[Tuple[str, ...]] = ("LSTM",)
 
     def __init__(self, per_channel: bool = True, reduce_range: bool = False,
                  activation_dtype: Optional[str] = None, int8_ops: Optional[Iterable[str]] = None,
@@ -63,7 +66,7 @@ class OnnxRuntimeScheme(Scheme):
 
     @classmethod
     def all_int8_ops(cls) -> List[str]:
-        return list(cls.WEIGHTED + cls.UNARY + cls.BINARY + cls.VARIADIC + cls.PASSTHROUGH)
+        return list(cls.WEIGHTED + cls.UNARY + cls.BINARY + cls.VARIADIC + cls.PASSTHROUGH + cls.DYNAMIC)
 
     #: op-type groups the speed-aware plan may keep in float, each timed on its own
     SPEED_GROUPS: ClassVar[Dict[str, Tuple[str, ...]]] = {
@@ -71,6 +74,7 @@ class OnnxRuntimeScheme(Scheme):
         "concat": ("Concat",),
         "pools": ("AveragePool", "GlobalAveragePool", "MaxPool"),
         "shape": ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Resize", "Split"),
+        "recurrent": ("LSTM",),
     }
 
     #: a Conv doing fewer multiply-accumulates per output value (C_in/group * kh * kw) than these
@@ -186,7 +190,21 @@ class OnnxRuntimeScheme(Scheme):
                     joined[node.name] = outs
                     int8.update(outs)
         self._prune(idx, weighted, joined)
-        return self._emit_plan(idx, weighted, joined)
+        plan = self._emit_plan(idx, weighted, joined)
+        for node in idx.graph.node:
+            if node.op_type in self.DYNAMIC and node.op_type in self.int8_ops and \
+                    self._selected(node, exclude, only_set) and self._dynamic_lstm_ok(idx, node):
+                plan.dynamic.append(node.name)
+                plan.layers.append(node.name)
+        return plan
+
+    def _dynamic_lstm_ok(self, idx: GraphIndex, node: Any) -> bool:
+        """An LSTM DynamicQuantizeLSTM can run: float W and R initializers, a float input, the
+        default batch-second layout (the contrib op has no ``layout``), no peepholes."""
+        ins = list(node.input) + [""] * (8 - len(node.input))
+        weights = all(ins[i] in idx.inits and idx.inits[ins[i]].data_type == 1 for i in (1, 2))
+        return weights and self._float_act(idx, ins[0]) and not ins[7] and \
+            not any(a.name == "layout" and a.i != 0 for a in node.attribute)
 
     def _prune(self, idx: GraphIndex, weighted: Dict[str, Any], joined: Dict[str, List[str]]) -> None:
         """Drop joined ops whose outputs feed no int8 op (repeat until stable)."""

@@ -113,3 +113,24 @@ def no_quantizable(path: Path) -> Path:
 def make_data(n: int, shape, seed: int = 0, scale: float = 1.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return (rng.standard_normal((n,) + tuple(shape)) * scale).astype(np.float32)
+
+
+def lstm_net(path: Path, steps: int = 6, width: int = 8, hidden: int = 16) -> Path:
+    """x[1,T,W] -> Transpose -> MatMul -> bidirectional LSTM -> Y [T,2,1,H] (a CRNN's recurrent head)."""
+    r = np.random.default_rng(4)
+    inits = {"wm": (r.standard_normal((width, width)) * 0.4).astype(np.float32),
+             "W": (r.standard_normal((2, 4 * hidden, width)) * 0.3).astype(np.float32),
+             "R": (r.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32),
+             "B": (r.standard_normal((2, 8 * hidden)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2], name="time_major"),
+             helper.make_node("MatMul", ["xt", "wm"], ["m"], name="proj"),
+             helper.make_node("LSTM", ["m", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional",
+                              name="lstm")]
+    g = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 2, 1, hidden])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return path

@@ -206,3 +206,42 @@ def test_speed_variants_keep_low_intensity_convs_in_float(residual_model):
     kept = low.plan(idx).layers
     assert not set(kept) & low.float_layers and {"conv3", "conv5", "conv12"} <= set(kept)
     assert low.options()["float_layers"] == ["conv1", "conv10", "conv8"]
+
+
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_onnxruntime_runs_an_lstm_as_dynamic_quantize_lstm(tmp_path, reduce_range):
+    """An LSTM on the onnxruntime target becomes com.microsoft DynamicQuantizeLSTM (same name, inputs,
+    outputs): int8 W [D, I, 4H] and R [D, H, 4H], one scale per gate row, zero points 0, 7-bit under
+    reduce_range; its output stays close to FP32, it is a layer the fallback ranks and can keep in
+    float, and the mobile EP schemes leave it float (no EP takes a com.microsoft op)."""
+    from tests.quantize import qmodels
+
+    src = qmodels.lstm_net(tmp_path / "lstm.onnx")
+    r = np.random.default_rng(5)
+    calib = [{"x": r.standard_normal((1, 6, 8)).astype(np.float32)} for _ in range(16)]
+    res, proto = _q(src, calib, "onnxruntime", tmp_path, reduce_range=reduce_range, budget=False, use_cache=False)
+    assert res.plan.dynamic == ["lstm"] and "lstm" in res.plan.layers
+    (node,) = [n for n in proto.graph.node if n.name == "lstm"]
+    assert node.op_type == "DynamicQuantizeLSTM" and node.domain == "com.microsoft"
+    v = View(proto)
+    w, rw = v.inits[node.input[1]], v.inits[node.input[2]]
+    assert w.dtype == np.int8 and w.shape == (2, 8, 64) and rw.shape == (2, 16, 64)
+    assert v.inits[node.input[8]].shape == (2, 64) and not v.inits[node.input[9]].any()
+    assert np.abs(w).max() == (63 if reduce_range else 127)
+    src_w = numpy_helper.to_array(next(t for t in onnx.load(str(src)).graph.initializer if t.name == "W"))
+    np.testing.assert_allclose(w * v.inits[node.input[8]][:, None, :], src_w.transpose(0, 2, 1),
+                               atol=float(v.inits[node.input[8]].max()) / 2 + 1e-7)
+    fp = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in calib[:4]:
+        want, got = fp.run(None, feed)[0], q.run(None, feed)[0]
+        assert float(np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got)) > 0.999
+    kept = quantize(src, calib, scheme="onnxruntime", workers=1, speed_check=False, budget=False, use_cache=False,
+                    exclude=["lstm"])
+    assert kept.plan.dynamic == [] and [n.op_type for n in kept.model.proto.graph.node if n.name == "lstm"] == ["LSTM"]
+    guarded = quantize(src, calib, scheme="onnxruntime", workers=1, speed_check=False, use_cache=False,
+                       eval_data=calib[:8], sensitivity=True)
+    assert "lstm" in [row["layer"] for row in guarded.report["sensitivity"]]
+    for ep in ("onnxruntime-nnapi", "onnxruntime-qnn"):      # (XNNPACK's EP quantizes Conv only)
+        mobile = quantize(src, calib, scheme=ep, workers=1, speed_check=False, budget=False, use_cache=False)
+        assert mobile.plan.dynamic == [] and "DynamicQuantizeLSTM" not in {n.op_type for n in mobile.model.proto.graph.node}
