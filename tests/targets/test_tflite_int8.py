@@ -336,33 +336,15 @@ def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
     assert meta["source_sha256"] == res.report["model"]["sha256"]
 
 
-def _lstm_net(path, steps: int = 6, width: int = 8, hidden: int = 16) -> Any:
-    """x[1,T,W] -> Transpose -> MatMul (quantized) -> bidirectional LSTM (the calibration never sees
-    inside it) -> y[T,2,1,H]."""
-    r = np.random.default_rng(4)
-    inits = {"wm": (r.standard_normal((width, width)) * 0.4).astype(np.float32),
-             "W": (r.standard_normal((2, 4 * hidden, width)) * 0.3).astype(np.float32),
-             "R": (r.standard_normal((2, 4 * hidden, hidden)) * 0.3).astype(np.float32),
-             "B": (r.standard_normal((2, 8 * hidden)) * 0.1).astype(np.float32)}
-    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2], name="time_major"),
-             helper.make_node("MatMul", ["xt", "wm"], ["m"], name="proj"),
-             helper.make_node("LSTM", ["m", "W", "R", "B"], ["y"], hidden_size=hidden, direction="bidirectional",
-                              name="lstm")]
-    g = helper.make_graph(nodes, "lstm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, width])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [steps, 2, 1, hidden])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    return save_checked(m, path)
-
-
 @pytest.mark.parametrize("io", ["float", "int8"])
 def test_an_lstm_reads_int8_per_channel_weights_on_float_activations(tmp_path, io):
     """The LSTM's FULLY_CONNECTED (input projection and the recurrent one, one weight per direction
     read at every step) take int8 weights, one scale per output row, on float activations (TFLite's
     dynamic-range kernel) where the file has float I/O; the output stays close to FP32. Integer-only
     files (int8 I/O) keep them float."""
-    src = _lstm_net(tmp_path / "lstm.onnx")
+    from tests.quantize import qmodels
+
+    src = qmodels.lstm_net(tmp_path / "lstm.onnx")
     r = np.random.default_rng(5)
     feeds = [{"x": r.standard_normal((1, 6, 8)).astype(np.float32)} for _ in range(16)]
     out = tmp_path / f"lstm_{io}.tflite"
