@@ -40,6 +40,9 @@ class IslandScheme(Scheme):
     FOLDED: ClassVar[Tuple[str, ...]] = ("Relu", "Clip")
     #: fixed output quantization (scale, zero point) by op type
     FIXED_OUTPUTS: ClassVar[dict] = {}
+    #: a pass-through op reading a graph input joins the island it feeds: the input is quantized
+    #: at the boundary and the op runs on int8 (a YOLOX Focus's slices, an input Transpose)
+    INPUT_PASSTHROUGH: ClassVar[bool] = False
 
     def _data_inputs(self, idx: GraphIndex, node: Any) -> Optional[List[int]]:
         """Input slots that carry activations to quantize, or None when the node can't be quantized."""
@@ -81,7 +84,8 @@ class IslandScheme(Scheme):
         for node in idx.graph.node:
             if node.op_type in self.PASSTHROUGH_OPS and self._selected(node, exclude, only_set) \
                     and self._data_inputs(idx, node) \
-                    and self._quantized_source(idx, node.input[0], compute | passthrough):
+                    and (self._quantized_source(idx, node.input[0], compute | passthrough)
+                         or (self.INPUT_PASSTHROUGH and node.input[0] in idx.graph_inputs)):
                 passthrough.add(node.name)
         changed = True
         while changed:

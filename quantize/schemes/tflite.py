@@ -30,6 +30,8 @@ class TFLiteScheme(IslandScheme):
     PASSTHROUGH_OPS = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Resize", "Pad",
                        "Gather", "Slice", "Split", "DepthToSpace", "SpaceToDepth")
     FOLDED = ("Relu", "Clip")
+    #: ddddocr-det's Focus (8 slices of the input image, then a Concat) ran float before its QUANTIZE ops
+    INPUT_PASSTHROUGH = True
     FIXED_OUTPUTS = {"Sigmoid": (1.0 / 256, -128), "Softmax": (1.0 / 256, -128),
                      "Tanh": (1.0 / 128, 0), "LogSoftmax": (16.0 / 256, 127)}
     #: ops whose TFLite form has no 16x8 kernel (HARD_SWISH; HardSigmoid's RELU_0_TO_1; LOG_SOFTMAX:
