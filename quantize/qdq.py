@@ -281,7 +281,6 @@ def _dynamic_lstms(proto: Any, names: Sequence[str], reduce_range: bool) -> None
 
     wanted = set(names)
     inits = {t.name: t for t in proto.graph.initializer}
-    qmax = 63.0 if reduce_range else 127.0
     nodes = []
     for node in proto.graph.node:
         if node.op_type != "LSTM" or node.name not in wanted:
@@ -291,9 +290,9 @@ def _dynamic_lstms(proto: Any, names: Sequence[str], reduce_range: bool) -> None
         extra = []
         for tag, name in (("W", ins[1]), ("R", ins[2])):
             w = np.transpose(numpy_helper.to_array(inits[name]).astype(np.float32), (0, 2, 1))   # [D, in, 4H]
-            amax = np.abs(w).max(axis=1)                                                         # [D, 4H]
-            scale = np.where(amax > 0, amax / qmax, 1.0).astype(np.float32)
-            q = np.clip(np.round(w / scale[:, None, :]), -qmax, qmax).astype(np.int8)
+            per_direction = [quantize_weight(wd, 1, reduce_range) for wd in w]                  # scales [4H]
+            q = np.stack([qd for qd, _ in per_direction])
+            scale = np.stack([sd for _, sd in per_direction])                                   # [D, 4H]
             base = f"{node.name}_{tag}"
             proto.graph.initializer.extend([numpy_helper.from_array(q, f"{base}_quantized"),
                                             numpy_helper.from_array(scale, f"{base}_scale"),

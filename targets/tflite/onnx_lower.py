@@ -1185,30 +1185,31 @@ def _lstm(lw: Lowering, node: Any) -> None:
                 summed = t(f"d{d}/s{k}/gates", (batch, 4 * H))
                 lw.op("ADD", [gates, rec], [summed], "AddOptions", fusedActivationFunction=0)
                 gates = summed
-            i_g, o_g, f_g = (t(f"d{d}/s{k}/{n}_act", (batch, H)) for n in "iof")
+            # the gates in ONNX's order i, o, f, c; with no cell state yet the forget gate is not
+            # computed (no tensor left unread either: ai-edge-quantizer reads every tensor, and
+            # XNNPACK leaves an unread one without data)
+            parts = {n: t(f"d{d}/s{k}/{n}", (batch, H)) for n in ("iofc" if c is not None else "ioc")}
             if c is not None:
-                parts = [t(f"d{d}/s{k}/{n}", (batch, H)) for n in "iofc"]
-                lw.op("SPLIT", [axis1, gates], parts, "SplitOptions", numSplits=4)
-            else:   # no cell state yet: the forget gate is not computed (no tensor left unread either:
-                # ai-edge-quantizer reads every tensor, and XNNPACK leaves an unread one without data)
-                parts = [t(f"d{d}/s{k}/{n}", (batch, H)) for n in "io"] + [-1, t(f"d{d}/s{k}/c", (batch, H))]
+                lw.op("SPLIT", [axis1, gates], [parts[n] for n in "iofc"], "SplitOptions", numSplits=4)
+            else:
                 io_ = t(f"d{d}/s{k}/io", (batch, 2 * H))
-                for (lo, hi), dst in (((0, 2 * H), io_), ((3 * H, 4 * H), parts[3])):
+                for (lo, hi), dst in (((0, 2 * H), io_), ((3 * H, 4 * H), parts["c"])):
                     lw.op("STRIDED_SLICE", [gates, lw.ints([0, lo], f"{base}/d{d}/s{k}/begin{lo}"),
                                             lw.ints([batch, hi], f"{base}/d{d}/s{k}/end{lo}"),
                                             lw.ints([1, 1], f"{base}/d{d}/s{k}/strides{lo}")], [dst],
                           "StridedSliceOptions")
-                lw.op("SPLIT", [axis1, io_], parts[:2], "SplitOptions", numSplits=2)
-            for src, dst in zip(parts[:3], (i_g, o_g, f_g)):
-                if src >= 0:
-                    lw.op("LOGISTIC", [src], [dst])
+                lw.op("SPLIT", [axis1, io_], [parts["i"], parts["o"]], "SplitOptions", numSplits=2)
+            acts = {n: t(f"d{d}/s{k}/{n}_act", (batch, H)) for n in "iof" if n in parts}
+            for n, dst in acts.items():
+                lw.op("LOGISTIC", [parts[n]], [dst])
+            i_g, o_g = acts["i"], acts["o"]
             c_g = t(f"d{d}/s{k}/c_act", (batch, H))
-            lw.op("TANH", [parts[3]], [c_g])
+            lw.op("TANH", [parts["c"]], [c_g])
             ic = t(f"d{d}/s{k}/ic", (batch, H))
             lw.op("MUL", [i_g, c_g], [ic], "MulOptions", fusedActivationFunction=0)
             if c is not None:
                 fc_ = t(f"d{d}/s{k}/fc", (batch, H))
-                lw.op("MUL", [f_g, c], [fc_], "MulOptions", fusedActivationFunction=0)
+                lw.op("MUL", [acts["f"], c], [fc_], "MulOptions", fusedActivationFunction=0)
                 c_new = t(f"d{d}/s{k}/cell", (batch, H))
                 lw.op("ADD", [fc_, ic], [c_new], "AddOptions", fusedActivationFunction=0)
                 c = c_new
