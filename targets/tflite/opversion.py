@@ -6,8 +6,9 @@ The version rules are TFLite's ``GetBuiltinOperatorVersion`` (with the ``ext_opt
 ADD/MUL/ABS inputs), read from tensorflow/tensorflow
 ``tensorflow/lite/tools/versioning/op_version.cc`` at commit 02087409073e69754277a2d2cf20af23a44334de
 and ``op_signature.cc`` at 05abf38d0a8506d355b5012536193ab233180ad2. The runtime versions are the
-``op_version_map`` of ``tensorflow/lite/tools/versioning/runtime_version.cc`` at
-00b1ec2ad4b0ecd5275167371cc5d5570fba8e4c, for the builtin operators this package writes.
+``op_version_map`` of ``tensorflow/compiler/mlir/lite/tools/versioning/runtime_version.cc`` at
+03f49db5a23ec2b22a59f3f3d72e5744469ea30b (the map moved there from ``tensorflow/lite/tools``), for
+the builtin operators this package writes.
 
 :data:`VERSION_RULES`: builtin code -> ``(version, test)`` pairs in op_version.cc's order, the first
 test that holds gives the version; a code without rules, or none that holds, is version 1 (op_version.cc's
@@ -248,35 +249,42 @@ VERSION_RULES: Dict[str, Tuple[Rule, ...]] = {
 #: (builtin code, version) -> the first TFLite runtime that runs it (runtime_version.cc), for the
 #: codes this package writes.
 RUNTIME_VERSIONS: Dict[Tuple[str, int], str] = {
-    ("ABS", 1): "1.13.0", ("ABS", 2): "2.4.0", ("ABS", 3): "2.5.0", ("ABS", 4): "2.6.0",
-    ("ADD", 1): "1.5.0", ("ADD", 2): "1.14.0", ("ADD", 3): "2.4.0", ("ADD", 4): "2.6.0",
+    ("ABS", 1): "1.13.0", ("ABS", 2): "2.4.0", ("ABS", 3): "2.5.0", ("ABS", 4): "2.6.0", ("ABS", 5): "2.12.0",
+    ("ADD", 1): "1.5.0", ("ADD", 2): "1.14.0", ("ADD", 3): "2.4.0", ("ADD", 4): "2.6.0", ("ADD", 5): "2.13.0",
+    ("ADD", 6): "2.23.0",
     ("AVERAGE_POOL_2D", 1): "1.5.0", ("AVERAGE_POOL_2D", 2): "1.14.0", ("AVERAGE_POOL_2D", 3): "2.3.0",
     ("BATCH_MATMUL", 1): "2.3.0", ("BATCH_MATMUL", 2): "2.3.0", ("BATCH_MATMUL", 3): "2.4.0",
     ("BATCH_MATMUL", 4): "2.5.0",
     ("BROADCAST_TO", 2): "2.5.0", ("BROADCAST_TO", 3): "2.5.0",
     ("CAST", 1): "1.5.0", ("CAST", 2): "2.7.0", ("CAST", 3): "2.8.0", ("CAST", 4): "2.9.0",
+    ("CAST", 5): "2.12.0", ("CAST", 6): "2.15.0", ("CAST", 7): "2.17.0", ("CAST", 8): "2.21.0",
     ("CONCATENATION", 1): "1.5.0", ("CONCATENATION", 2): "1.14.0", ("CONCATENATION", 3): "2.3.0",
+    ("CONCATENATION", 4): "2.14.0", ("CONCATENATION", 5): "2.21.0",
     ("CONV_2D", 1): "1.5.0", ("CONV_2D", 2): "1.14.0", ("CONV_2D", 3): "1.14.0", ("CONV_2D", 4): "2.3.0",
-    ("CONV_2D", 5): "2.4.0", ("CONV_2D", 6): "2.9.0",
+    ("CONV_2D", 5): "2.4.0", ("CONV_2D", 6): "2.9.0", ("CONV_2D", 7): "2.11.0", ("CONV_2D", 8): "2.15.0",
     ("COS", 1): "1.14.0",
     ("DEPTHWISE_CONV_2D", 1): "1.5.0", ("DEPTHWISE_CONV_2D", 2): "1.12.0", ("DEPTHWISE_CONV_2D", 3): "1.14.0",
     ("DEPTHWISE_CONV_2D", 4): "2.2.0", ("DEPTHWISE_CONV_2D", 5): "2.3.0", ("DEPTHWISE_CONV_2D", 6): "2.3.0",
+    ("DEPTHWISE_CONV_2D", 7): "2.11.0",
     ("DEPTH_TO_SPACE", 1): "2.1.0", ("DEPTH_TO_SPACE", 2): "2.5.0",
     ("DEQUANTIZE", 1): "1.13.1", ("DEQUANTIZE", 2): "1.14.0", ("DEQUANTIZE", 3): "1.15.0",
-    ("DEQUANTIZE", 4): "2.2.0", ("DEQUANTIZE", 5): "2.7.0",
+    ("DEQUANTIZE", 4): "2.2.0", ("DEQUANTIZE", 5): "2.7.0", ("DEQUANTIZE", 6): "2.18.0",
+    ("DEQUANTIZE", 7): "2.21.0", ("DEQUANTIZE", 8): "2.22.0",
     ("DIV", 1): "1.6.0", ("DIV", 2): "2.3.0",
     ("ELU", 1): "1.14.0",
-    ("EXP", 1): "1.7.0",
+    ("EXP", 1): "1.7.0", ("EXP", 2): "2.12.0",
     ("FLOOR", 1): "1.9.0",
     ("FULLY_CONNECTED", 1): "1.5.0", ("FULLY_CONNECTED", 2): "1.10.0", ("FULLY_CONNECTED", 3): "1.14.0",
     ("FULLY_CONNECTED", 4): "1.14.0", ("FULLY_CONNECTED", 5): "2.0.0", ("FULLY_CONNECTED", 6): "2.1.0",
     ("FULLY_CONNECTED", 7): "2.3.0", ("FULLY_CONNECTED", 8): "2.3.0", ("FULLY_CONNECTED", 9): "2.3.0",
+    ("FULLY_CONNECTED", 10): "2.11.0", ("FULLY_CONNECTED", 11): "2.15.0", ("FULLY_CONNECTED", 12): "2.17.0",
+    ("FULLY_CONNECTED", 13): "2.18.0", ("FULLY_CONNECTED", 14): "2.21.0",
     ("GATHER", 1): "1.6.0", ("GATHER", 2): "1.14.0", ("GATHER", 3): "1.15.0", ("GATHER", 4): "2.4.0",
-    ("GATHER", 5): "2.5.0",
+    ("GATHER", 5): "2.5.0", ("GATHER", 6): "2.13.0", ("GATHER", 7): "2.15.0",
     ("GELU", 1): "2.9.0", ("GELU", 2): "2.9.0",
     ("HARD_SWISH", 1): "1.15.0",
     ("LEAKY_RELU", 1): "1.13.1", ("LEAKY_RELU", 2): "2.3.0",
-    ("LOG", 1): "1.14.0",
+    ("LOG", 1): "1.14.0", ("LOG", 2): "2.15.0",
     ("LOGISTIC", 1): "1.14.0", ("LOGISTIC", 2): "1.14.0", ("LOGISTIC", 3): "2.3.0",
     ("LOG_SOFTMAX", 1): "1.14.0", ("LOG_SOFTMAX", 2): "1.14.0",
     ("LSTM", 1): "1.7.0", ("LSTM", 2): "1.10.0", ("LSTM", 3): "1.14.0", ("LSTM", 4): "2.3.0",
@@ -284,15 +292,18 @@ RUNTIME_VERSIONS: Dict[Tuple[str, int], str] = {
     ("MAX_POOL_2D", 1): "1.5.0", ("MAX_POOL_2D", 2): "1.14.0", ("MAX_POOL_2D", 3): "2.3.0",
     ("MEAN", 1): "1.6.0", ("MEAN", 2): "1.14.0", ("MEAN", 3): "2.4.0",
     ("MINIMUM", 1): "1.14.0", ("MINIMUM", 2): "1.14.0", ("MINIMUM", 3): "2.3.0", ("MINIMUM", 4): "2.3.0",
-    ("MIRROR_PAD", 1): "1.13.1", ("MIRROR_PAD", 2): "2.3.0",
+    ("MIRROR_PAD", 1): "1.13.1", ("MIRROR_PAD", 2): "2.3.0", ("MIRROR_PAD", 3): "2.12.0",
     ("MUL", 1): "1.5.0", ("MUL", 2): "1.14.0", ("MUL", 3): "1.15.0", ("MUL", 4): "2.3.0", ("MUL", 5): "2.6.0",
+    ("MUL", 6): "2.11.0", ("MUL", 7): "2.13.0", ("MUL", 8): "2.23.0",
     ("NEG", 1): "1.9.0",
-    ("PACK", 1): "1.11.0", ("PACK", 2): "1.14.0", ("PACK", 3): "2.3.0",
-    ("PAD", 1): "1.5.0", ("PAD", 2): "1.14.0", ("PAD", 3): "2.4.0", ("PAD", 4): "2.6.0",
+    ("PACK", 1): "1.11.0", ("PACK", 2): "1.14.0", ("PACK", 3): "2.3.0", ("PACK", 4): "2.13.0",
+    ("PAD", 1): "1.5.0", ("PAD", 2): "1.14.0", ("PAD", 3): "2.4.0", ("PAD", 4): "2.6.0", ("PAD", 5): "2.20.0",
     ("PADV2", 1): "1.9.0", ("PADV2", 2): "1.14.0", ("PADV2", 3): "2.4.0", ("PADV2", 4): "2.6.0",
+    ("PADV2", 5): "2.20.0",
     ("POW", 1): "1.10.0",
     ("PRELU", 1): "1.8.0",
-    ("QUANTIZE", 1): "1.14.0", ("QUANTIZE", 2): "1.15.0", ("QUANTIZE", 3): "2.7.0",
+    ("QUANTIZE", 1): "1.14.0", ("QUANTIZE", 2): "1.15.0", ("QUANTIZE", 3): "2.7.0", ("QUANTIZE", 4): "2.21.0",
+    ("QUANTIZE", 5): "2.21.0", ("QUANTIZE", 6): "2.21.0",
     ("REDUCE_MAX", 1): "1.11.0", ("REDUCE_MAX", 2): "1.14.0", ("REDUCE_MAX", 3): "2.5.0",
     ("REDUCE_MIN", 1): "1.11.0", ("REDUCE_MIN", 2): "1.14.0", ("REDUCE_MIN", 3): "2.5.0",
     ("REDUCE_PROD", 1): "1.11.0", ("REDUCE_PROD", 2): "2.6.0",
@@ -305,24 +316,29 @@ RUNTIME_VERSIONS: Dict[Tuple[str, int], str] = {
     ("RESIZE_BILINEAR", 4): "2.5.0",
     ("RESIZE_NEAREST_NEIGHBOR", 1): "1.13.1", ("RESIZE_NEAREST_NEIGHBOR", 2): "1.14.0",
     ("RESIZE_NEAREST_NEIGHBOR", 3): "2.3.0", ("RESIZE_NEAREST_NEIGHBOR", 4): "2.4.0",
-    ("RSQRT", 1): "1.10.0", ("RSQRT", 2): "2.5.0",
+    ("RSQRT", 1): "1.10.0", ("RSQRT", 2): "2.5.0", ("RSQRT", 3): "2.15.0",
     ("SIN", 1): "1.9.0",
     ("SOFTMAX", 1): "1.5.0", ("SOFTMAX", 2): "1.14.0", ("SOFTMAX", 3): "2.3.0",
     ("SPACE_TO_DEPTH", 1): "1.5.0", ("SPACE_TO_DEPTH", 2): "1.14.0",
     ("SPLIT", 1): "1.5.0", ("SPLIT", 2): "1.14.0", ("SPLIT", 3): "1.14.0", ("SPLIT", 4): "2.3.0",
     ("SPLIT_V", 1): "1.13.1", ("SPLIT_V", 2): "2.3.0",
-    ("SQRT", 1): "1.10.0",
+    ("SQRT", 1): "1.10.0", ("SQRT", 2): "2.21.0",
     ("STRIDED_SLICE", 1): "1.6.0", ("STRIDED_SLICE", 2): "1.14.0", ("STRIDED_SLICE", 3): "2.1.0",
     ("STRIDED_SLICE", 4): "2.2.0", ("STRIDED_SLICE", 5): "2.5.0", ("STRIDED_SLICE", 6): "2.6.0",
+    ("STRIDED_SLICE", 7): "2.14.0", ("STRIDED_SLICE", 8): "2.14.0",
     ("SUB", 1): "1.6.0", ("SUB", 2): "1.14.0", ("SUB", 3): "2.3.0", ("SUB", 4): "2.4.0", ("SUB", 5): "2.4.0",
     ("SUM", 1): "1.10.0", ("SUM", 2): "1.15.0",
     ("TANH", 1): "1.14.0", ("TANH", 2): "1.14.0", ("TANH", 3): "2.3.0",
     ("TILE", 1): "1.10.1", ("TILE", 2): "2.2.0", ("TILE", 3): "2.8.0",
-    ("TRANSPOSE", 1): "1.6.0", ("TRANSPOSE", 2): "1.14.0", ("TRANSPOSE", 3): "1.15.0", ("TRANSPOSE", 4): "2.3.0",
-    ("TRANSPOSE", 5): "2.4.0",
+    ("TRANSPOSE", 1): "1.6.0", ("TRANSPOSE", 2): "1.14.0", ("TRANSPOSE", 3): "1.15.0",
+    ("TRANSPOSE", 4): "2.3.0", ("TRANSPOSE", 5): "2.4.0", ("TRANSPOSE", 6): "2.12.0",
+    ("TRANSPOSE", 7): "2.14.4", ("TRANSPOSE", 8): "2.22.0",
     ("TRANSPOSE_CONV", 1): "1.9.0", ("TRANSPOSE_CONV", 2): "2.2.0", ("TRANSPOSE_CONV", 3): "2.3.0",
+    ("TRANSPOSE_CONV", 4): "2.13.0", ("TRANSPOSE_CONV", 5): "2.15.0",
     ("UNPACK", 1): "1.11.0", ("UNPACK", 2): "1.14.0", ("UNPACK", 3): "2.2.0", ("UNPACK", 4): "2.3.0",
+    ("UNPACK", 5): "2.22.0",
 }
+
 
 
 def op_version(op: Any, tensors: Sequence[Any]) -> int:

@@ -216,3 +216,19 @@ def test_single_rules_by_hand():
     assert _op("TRANSPOSE", [_t("int8", 1, 2, 3, 4, 5), _t("int32", 5)], [_t("int8", 5, 4, 3, 2, 1)]) == 4
     # a code without rules (HARD_SWISH, PRELU, RESHAPE...): 1, whatever its types
     assert "HARD_SWISH" not in VERSION_RULES and _op("HARD_SWISH", [i8(0.1)], [i8(0.1)]) == 1
+
+
+def test_the_hybrid_fully_connected_needs_litert_2_17():
+    """The hybrid LSTM's FULLY_CONNECTED (float input, per-channel int8 weights, float output) is
+    version 12 (op_version.cc); runtime_version.cc (tensorflow@03f49db5) maps FULLY_CONNECTED 12 to
+    2.17.0, so a file holding it asks for that runtime, not the 1.14.0 of version 3."""
+    from sdk.targets.tflite.opversion import min_runtime_version
+
+    f = lambda *s: _t("float32", *s)  # noqa: E731
+    w = TFLTensor("w", (4, 8), "int8", quant=Quant(np.ones(4, np.float32), np.zeros(4, np.int64), 0))
+    assert _op("FULLY_CONNECTED", [f(1, 8), w, f(4)], [f(1, 4)], "FullyConnectedOptions") == 12
+    assert min_runtime_version({"FULLY_CONNECTED": 12, "CONV_2D": 3, "HARD_SWISH": 1}) == "2.17.0"
+    # per-tensor int8 weights stay the older hybrid (version 3, 1.14.0)
+    w1 = TFLTensor("w", (4, 8), "int8", quant=Quant(np.ones(1, np.float32), np.zeros(1, np.int64), 0))
+    assert _op("FULLY_CONNECTED", [f(1, 8), w1, f(4)], [f(1, 4)], "FullyConnectedOptions") == 3
+    assert min_runtime_version({"FULLY_CONNECTED": 3}) == "1.14.0"
