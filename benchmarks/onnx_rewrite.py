@@ -1,6 +1,8 @@
 """The exact float rewrites (``sdk/formats/onnx_rewrite.py``) on the corpus, side by side in one run:
 per ONNX model, what was rewritten, the largest output difference, and FP32 latency on ONNX Runtime's
-CPU provider of the file as shipped vs the rewritten graph (interleaved rounds, medians, ratio).
+CPU provider of the file as shipped vs the rewritten graph (interleaved rounds, medians, ratio); where
+an affine was folded into the conv after it, also the rewritten graph without that fold (``no fwd``,
+with the ratio of the full rewrite over it).
 
     python benchmarks/onnx_rewrite.py
     python benchmarks/onnx_rewrite.py --models layout-cdla ppocr-v4-rec --threads 1 --rounds 9
@@ -36,29 +38,36 @@ def measure(name: str, threads: int, rounds: int) -> Dict[str, Any]:
     import onnx
 
     from sdk import corpus
-    from sdk.formats.onnx_rewrite import simplify
+    from sdk.formats.onnx_rewrite import fold_scalar_affine, fuse_hardswish, simplify
 
     path = str(corpus.fetch([name])[name])
     proto = onnx.load(path)
     rewritten, done = simplify(proto)
+    sessions_of: List[Any] = [path, rewritten]
+    if done.get("affine_folded_forward"):
+        sessions_of.append(fuse_hardswish(fold_scalar_affine(proto)[0])[0])
     row: Dict[str, Any] = {"model": name, "rewrites": done}
     if not done:
         return row
     feed = corpus.sample_inputs(name, 1, seed=0)[0]
-    a, b = _session(path, threads), _session(rewritten, threads)
+    sessions = [_session(m, threads) for m in sessions_of]
+    a, b = sessions[0], sessions[1]
     ref, got = a.run(None, feed), b.run(None, feed)
     row["max_abs_diff"] = max(float(np.max(np.abs(np.asarray(r, np.float64) - np.asarray(g, np.float64))))
                               for r, g in zip(ref, got))
     n = max(1, int(0.2 / max(1e-4, _once(a, feed))))
-    ms: List[List[float]] = [[], []]
+    ms: List[List[float]] = [[] for _ in sessions]
     for _ in range(rounds):
-        for i, s in enumerate((a, b)):
+        for i, s in enumerate(sessions):
             t = time.perf_counter()
             for _ in range(n):
                 s.run(None, feed)
             ms[i].append((time.perf_counter() - t) / n * 1e3)
     row["fp32_ms"], row["rewritten_ms"] = float(np.median(ms[0])), float(np.median(ms[1]))
     row["ratios"] = sorted(x / y for x, y in zip(ms[0], ms[1]))
+    if len(ms) > 2:
+        row["no_forward_ms"] = float(np.median(ms[2]))
+        row["forward_ratios"] = sorted(x / y for x, y in zip(ms[2], ms[1]))
     return row
 
 
@@ -154,8 +163,13 @@ def main() -> None:
             print(f"{name:22s} {what:44s}")
             continue
         ratios = r["ratios"]
+        fwd = ""
+        if "no_forward_ms" in r:
+            fr = r["forward_ratios"]
+            fwd = (f"   no fwd {r['no_forward_ms']:.2f} ms: {r['no_forward_ms'] / r['rewritten_ms']:.2f}x "
+                   f"({fr[0]:.2f}-{fr[-1]:.2f})")
         print(f"{name:22s} {what:44s} {r['max_abs_diff']:9.2e} {r['fp32_ms']:8.2f} {r['rewritten_ms']:9.2f} "
-              f"{r['fp32_ms'] / r['rewritten_ms']:6.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})")
+              f"{r['fp32_ms'] / r['rewritten_ms']:6.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}){fwd}")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,8 @@ def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
     """The float rewrites the quantizer prepared the model with (``sdk.formats.onnx_rewrite``)."""
     what = {"hardswish_fused": "written-out hard-swish as x*HardSigmoid(x)",
             "hardswish_op": "hard-swish as one HardSwish (the target's kernel)",
-            "affine_folded": "scalar affines folded into the layer before"}
+            "affine_folded": "scalar affines folded into the layer before",
+            "affine_folded_forward": "scalar affines folded into the unpadded conv after"}
     if rewrites:
         c.print("float graph rewritten (exact; FP32 is timed and judged with it): "
                 + ", ".join(f"{n} {what.get(k, k)}" for k, n in rewrites.items()))

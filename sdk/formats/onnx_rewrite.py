@@ -6,8 +6,13 @@ over an activation:
   cost half its FP32 time on ONNX Runtime's CPU provider (74 ms -> 37 ms once rewritten).
 - **a scalar affine after a Conv or BatchNormalization** (PP-LCNetV3's "learnable affine block":
   ``y * s + a`` as Mul and Add of one-element constants) is folded into the layer's weights and bias.
+- **a scalar affine before a Conv without padding** (the same block after an activation, read by a
+  pointwise conv): ``conv(x * s + a) = conv'(x)`` with weights ``s W`` and bias ``B + a sum(W)``,
+  summed over each output channel's inputs and kernel. Padding would pad ``x * s + a`` with zeros where
+  ``conv'`` pads ``x``, so a padded Conv is left alone. ppocr-v4-rec: 12 such pairs, FP32 13.4 ->
+  12.1 ms at 1 thread (1.11x) on ONNX Runtime's CPU provider.
 
-Both keep the names of the tensors after the rewritten part (the last op's output), so outputs and the
+All keep the names of the tensors after the rewritten part (the last op's output), so outputs and the
 tensors other nodes read are unchanged; the results equal the original up to float rounding.
 ``simplify(proto)`` returns a rewritten copy and what it did; ``simplify(proto, hardswish_op=True)``
 writes each hard-swish as one ONNX ``HardSwish`` instead, for a target that has the kernel (TFLite's
@@ -22,7 +27,8 @@ import numpy as np
 
 from .onnx import drop_unused_initializers
 
-__all__ = ["simplify", "fuse_hardswish", "fold_scalar_affine", "hardswish_chains", "count_hardswish"]
+__all__ = ["simplify", "fuse_hardswish", "fold_scalar_affine", "fold_affine_into_next_conv", "hardswish_chains",
+           "count_hardswish"]
 
 #: how far a constant may be from 3, 6 or 1/6 and still be one (paddle2onnx writes 6.0 and 3.0 exactly)
 _TOL = 1e-6
@@ -301,12 +307,93 @@ def _fold_scalar_affine(g: Any) -> int:
     return folded
 
 
+def _scalar_affine_step(idx: _Index, node: Any) -> Optional[str]:
+    """The data input of ``node`` when it is one step of :func:`_affine_chain` (a Mul/Add by a
+    one-element constant, a Sub/Div of one), else None."""
+    if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.input) != 2:
+        return None
+    for k in ((0, 1) if node.op_type in ("Mul", "Add") else (0,)):
+        if idx.scalar(node.input[1 - k]) is not None and idx.scalar(node.input[k]) is None:
+            return node.input[k]
+    return None
+
+
+def _unpadded(conv: Any) -> bool:
+    for a in conv.attribute:
+        if a.name == "pads" and any(a.ints):
+            return False
+        if a.name == "auto_pad" and a.s not in (b"NOTSET", b"VALID"):
+            return False
+    return True
+
+
+def fold_affine_into_next_conv(proto: Any) -> Tuple[Any, int]:
+    """A copy of ``proto`` with each scalar affine read only by a Conv without padding folded into
+    that Conv's weights and bias; and how many."""
+    out = _copy(proto)
+    return out, _fold_affine_into_next_conv(out.graph)
+
+
+def _fold_affine_into_next_conv(g: Any) -> int:
+    """:func:`fold_affine_into_next_conv` on graph ``g`` in place."""
+    from onnx import numpy_helper
+
+    idx = _Index.of_graph(g)
+    producer = {o: n for n in g.node for o in n.output if o}
+    drop: Set[int] = set()
+    new_inits = []
+    folded = 0
+    for conv in g.node:
+        if conv.op_type != "Conv" or len(conv.input) < 2 or not _unpadded(conv):
+            continue
+        w = idx.consts.get(conv.input[1])
+        if w is None or w.dtype != np.float32 or w.ndim < 3:
+            continue
+        if len(conv.input) > 2 and conv.input[2] and conv.input[2] not in idx.consts:
+            continue
+        # back from the conv's input to the first step of the chain that ends there
+        start, cur = None, conv.input[0]
+        while cur in producer and idx.only_consumer(cur) is not None and id(producer[cur]) not in drop:
+            prev = _scalar_affine_step(idx, producer[cur])
+            if prev is None:
+                break
+            start, cur = prev, prev
+        if start is None:
+            continue
+        s, a, chain = _affine_chain(idx, start)
+        if not chain or chain[-1].output[0] != conv.input[0] or idx.only_consumer(conv.input[0]) is not conv:
+            continue
+        w64 = w.astype(np.float64)
+        b = idx.consts[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] \
+            else np.zeros(w.shape[0])
+        base = conv.name or conv.output[0]
+        wn, bn = idx.fresh(f"{base}_affine_in_w"), idx.fresh(f"{base}_affine_in_b")
+        new_inits += [numpy_helper.from_array((w64 * s).astype(np.float32), wn),
+                      numpy_helper.from_array((b + a * w64.reshape(w.shape[0], -1).sum(axis=1)).astype(np.float32), bn)]
+        inputs = [start, wn, bn]
+        del conv.input[:]
+        conv.input.extend(inputs)
+        drop.update(id(n) for n in chain)
+        folded += 1
+    if not folded:
+        return 0
+    keep = [n for n in g.node if id(n) not in drop]
+    del g.node[:]
+    g.node.extend(keep)
+    g.initializer.extend(new_inits)
+    drop_unused_initializers(g)
+    return folded
+
+
 def simplify(proto: Any, hardswish_op: bool = False) -> Tuple[Any, Dict[str, int]]:
     """``proto`` with the rewrites above (a copy when any applies) and how many of each were made:
-    ``{"affine_folded": n, "hardswish_fused": m}`` (zero counts left out). ``hardswish_op``: every
-    hard-swish as one ``HardSwish`` node (``"hardswish_op": m``; the graph's opset must be 14 or later)."""
+    ``{"affine_folded": n, "hardswish_fused": m, "affine_folded_forward": k}`` (zero counts left out).
+    ``hardswish_op``: every hard-swish as one ``HardSwish`` node (``"hardswish_op": m``; the graph's
+    opset must be 14 or later). The fold into the next conv runs last, so a hard-swish's ``/ 6`` stays
+    in the hard-swish."""
     out = _copy(proto)
     done = {k: n for k, n in (("affine_folded", _fold_scalar_affine(out.graph)),
                                ("hardswish_op" if hardswish_op else "hardswish_fused",
-                                _fuse_hardswish(out.graph, hardswish_op))) if n}
+                                _fuse_hardswish(out.graph, hardswish_op)),
+                               ("affine_folded_forward", _fold_affine_into_next_conv(out.graph))) if n}
     return (out if done else proto), done

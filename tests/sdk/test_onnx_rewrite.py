@@ -1,5 +1,6 @@
 """The exact float rewrites (``sdk/formats/onnx_rewrite.py``): a written-out hard-swish as
-``x * HardSigmoid(x)``, a scalar affine folded into the Conv or BatchNormalization before it; outputs
+``x * HardSigmoid(x)``, a scalar affine folded into the Conv or BatchNormalization before it or into
+the unpadded Conv after it; outputs
 equal ONNX Runtime's on the original; chains they must not touch are left alone."""
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sdk.formats.onnx_rewrite import fold_scalar_affine, fuse_hardswish, simplify
+from sdk.formats.onnx_rewrite import fold_affine_into_next_conv, fold_scalar_affine, fuse_hardswish, simplify
 
 
 def _run(proto, x):
@@ -61,15 +62,17 @@ def test_lcnet_block_rewritten_and_equal(clip_as_attrs, sixth, order):
     m = _lcnet_block(clip_as_attrs, sixth, order)
     x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3
     out, done = simplify(m)
-    assert done == {"affine_folded": 1, "hardswish_fused": 1}
+    assert done == {"affine_folded": 1, "hardswish_fused": 1, "affine_folded_forward": 1}
     ops = [n.op_type for n in out.graph.node]
     # the affine went into the BN (folded into the conv later by the quantizer); the second one
-    # follows the hard-swish's Mul, not a Conv or BN, and stays
-    assert ops == ["Conv", "BatchNormalization", "HardSigmoid", "Mul", "Mul", "Sub", "Conv"], ops
+    # follows the hard-swish's Mul, not a Conv or BN: it went into the 1x1 Conv after it, which
+    # now reads the hard-swish
+    assert ops == ["Conv", "BatchNormalization", "HardSigmoid", "Mul", "Conv"], ops
     assert out.graph.node[1].output[0] == "z" and out.graph.node[3].output[0] == "h"   # names kept
+    assert out.graph.node[4].input[0] == "h" and out.graph.node[4].output[0] == "y"
     onnx.checker.check_model(out)
     np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
-    assert not {"s", "a", "three", "bn_s", "bn_b"} & {t.name for t in out.graph.initializer}
+    assert not {"s", "a", "three", "bn_s", "bn_b", "s2", "a2", "w2"} & {t.name for t in out.graph.initializer}
 
 
 def test_hardswish_as_one_op_for_a_target_with_the_kernel():
@@ -78,9 +81,9 @@ def test_hardswish_as_one_op_for_a_target_with_the_kernel():
     m = onnx.version_converter.convert_version(_lcnet_block(), 14)
     x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype(np.float32) * 3
     out, done = simplify(m, hardswish_op=True)
-    assert done == {"affine_folded": 1, "hardswish_op": 1}
+    assert done == {"affine_folded": 1, "hardswish_op": 1, "affine_folded_forward": 1}
     ops = [n.op_type for n in out.graph.node]
-    assert ops == ["Conv", "BatchNormalization", "HardSwish", "Mul", "Sub", "Conv"], ops
+    assert ops == ["Conv", "BatchNormalization", "HardSwish", "Conv"], ops
     assert out.graph.node[2].output[0] == "h"
     np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
     hsig, n = fuse_hardswish(m)                          # the x * HardSigmoid(x) form ...
@@ -101,6 +104,54 @@ def test_affine_after_conv_folds_into_weights_and_bias():
     assert n == 1 and [x.op_type for x in out.graph.node] == ["Conv"] and out.graph.node[0].output[0] == "y"
     x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
     np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("group,kernel", [(1, 1), (1, 3), (2, 1), (4, 3)])
+def test_affine_before_an_unpadded_conv_folds_into_it(group, kernel):
+    """``conv(x * s + a)`` (Mul, Div, Add, Sub by one-element constants) becomes ``conv'(x)`` with
+    ``s W`` and ``B + a sum(W)``: plain, grouped and depthwise, with and without a bias."""
+    rng = np.random.default_rng(5)
+    for bias in (True, False):
+        w = _const("w", rng.standard_normal((4, 4 // group, kernel, kernel)))
+        inits = [w, _const("k", [1.7]), _const("two", [2.0]), _const("a", [0.3]), _const("c", [-0.9])]
+        conv_in = ["e", "w"] + (["b"] if bias else [])
+        inits += [_const("b", rng.standard_normal(4))] if bias else []
+        m = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["k", "r"], ["p"]),
+                    helper.make_node("Div", ["p", "two"], ["q"]), helper.make_node("Add", ["q", "a"], ["d"]),
+                    helper.make_node("Sub", ["d", "c"], ["e"]),
+                    helper.make_node("Conv", conv_in, ["y"], group=group, strides=[2, 2])], inits)
+        out, n = fold_affine_into_next_conv(m)
+        assert n == 1 and [x.op_type for x in out.graph.node] == ["Relu", "Conv"]
+        assert out.graph.node[1].input[0] == "r" and out.graph.node[1].output[0] == "y"
+        x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+        np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_what_the_fold_into_the_next_conv_leaves():
+    """A padded Conv (zeros would pad ``x * s + a``, not ``x``), an affine another node also reads,
+    a per-channel Mul, two convs reading the affine: nothing is folded forward."""
+    rng = np.random.default_rng(6)
+    w = _const("w", rng.standard_normal((4, 4, 3, 3)))
+    w1 = _const("w1", rng.standard_normal((4, 4, 1, 1)))
+    cases = [
+        ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["m"]),
+          helper.make_node("Conv", ["m", "w"], ["y"], pads=[1, 1, 1, 1])], [w, _const("s", [2.0])], ("y",)),
+        ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["m"]),
+          helper.make_node("Conv", ["m", "w"], ["y"], auto_pad="SAME_UPPER")], [w, _const("s", [2.0])], ("y",)),
+        ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["m"]),
+          helper.make_node("Conv", ["m", "w1"], ["y"]), helper.make_node("Relu", ["m"], ["z"])],
+         [w1, _const("s", [2.0])], ("y", "z")),
+        ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "pc"], ["m"]),
+          helper.make_node("Conv", ["m", "w1"], ["y"])], [w1, _const("pc", rng.standard_normal((1, 4, 1, 1)))], ("y",)),
+        ([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "s"], ["m"]),
+          helper.make_node("Conv", ["m", "w1"], ["y"]), helper.make_node("Conv", ["m", "w1"], ["z"])],
+         [w1, _const("s", [2.0])], ("y", "z")),
+    ]
+    for nodes, inits, outputs in cases:
+        m = _model(nodes, inits, outputs)
+        out, n = fold_affine_into_next_conv(m)
+        assert n == 0 and [x.op_type for x in out.graph.node] == [x.op_type for x in nodes]
+        assert simplify(m)[1] == {}
 
 
 def test_what_is_not_exact_or_not_alone_is_left():
@@ -143,8 +194,9 @@ def test_quantize_reports_and_says_the_rewrites(tmp_path, capsys):
     assert rc == 0, err
     text = " ".join(out.split())
     assert "float graph rewritten (exact; FP32 is timed and judged with it): 1 scalar affines folded into the " \
-           "layer before, 1 written-out hard-swish as x*HardSigmoid(x)" in text, out
+           "layer before, 1 written-out hard-swish as x*HardSigmoid(x), 1 scalar affines folded into the " \
+           "unpadded conv after" in text, out
     import json
 
     rep = json.loads((tmp_path / "r.json").read_text())
-    assert rep["model"]["float_rewrites"] == {"affine_folded": 1, "hardswish_fused": 1}
+    assert rep["model"]["float_rewrites"] == {"affine_folded": 1, "hardswish_fused": 1, "affine_folded_forward": 1}
