@@ -1,7 +1,8 @@
 """ONNX graph preparation for the TFLite converter: fixed input shapes, every constant subgraph
 folded (weights in ``Constant`` nodes, ``Shape -> Gather -> Concat -> Reshape`` chains, ``Range``,
-``ConstantOfShape``...), BatchNormalization folded into the Conv before it, and a static shape and
-dtype for every tensor.
+``ConstantOfShape``...), the exact float rewrites of :mod:`sdk.formats.onnx_rewrite` (scalar affines
+folded into the Conv before or after them), BatchNormalization folded into the Conv before it, and a
+static shape and dtype for every tensor.
 
 Folding evaluates the constant subgraph once in onnxruntime (the graph's own kernels, so the values
 are exactly what the model computes), with those tensors exposed as outputs and the inputs at zero.
@@ -139,6 +140,7 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
     from onnx import numpy_helper
 
     from ...formats.onnx_fold import fold_constants, subgraph_inputs
+    from ...formats.onnx_rewrite import simplify
 
     notes: List[str] = []
     work = onnx.ModelProto()
@@ -149,6 +151,10 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
                               "TFLite", "an If decided by fixed inputs is removed by --input-value NAME=VALUE")
     _fix_inputs(work, input_shapes or {}, notes)
     work, _ = fold_constants(work)
+    work, rewrites = simplify(work)     # the quantizer's exact float rewrites (affines folded)
+    for what, n in rewrites.items():
+        if what.startswith("affine"):
+            notes.append(f"{n} scalar affine(s) folded into the conv {'after' if what.endswith('forward') else 'before'}")
     inits = {i.name for i in work.graph.initializer}
     consts: Dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in work.graph.initializer}
     names = set(consts)
