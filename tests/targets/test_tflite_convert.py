@@ -136,6 +136,24 @@ def test_batchnorm_folds_into_conv_or_stands_alone():
     assert res["ops"]["MUL"] == 1 and res["ops"]["ADD"] == 1
 
 
+
+def test_scalar_affines_fold_into_the_convs_around_them():
+    """PP-LCNetV3's unit (Conv -> x*s+a -> hard-swish written out -> x*s2+a2 -> 1x1 Conv): the first
+    affine goes into the conv before it, the second into the unpadded conv after it
+    (:mod:`sdk.formats.onnx_rewrite`), the hard-swish is one HARD_SWISH: no MUL or ADD is left."""
+    one = lambda v: np.asarray([v], np.float32)  # noqa: E731
+    inits = {"s": one(1.7), "a": one(-0.4), "three": one(3.0), "six": one(6.0), "zero": np.asarray(0.0, np.float32),
+             "sixf": np.asarray(6.0, np.float32), "s2": one(0.8), "a2": one(0.25), "w2": _w(6, 4, 1, 1)}
+    m = _conv_then([_node("Mul", ["c", "s"], ["ms"]), _node("Add", ["ms", "a"], ["z"]),
+                    helper.make_node("Add", ["z", "three"], ["p"], name="p"),
+                    helper.make_node("Clip", ["p", "zero", "sixf"], ["cl"], name="cl"),
+                    helper.make_node("Mul", ["z", "cl"], ["m"], name="m"), helper.make_node("Div", ["m", "six"], ["h"], name="h"),
+                    helper.make_node("Mul", ["h", "s2"], ["h2"], name="h2"),
+                    helper.make_node("Add", ["h2", "a2"], ["h3"], name="h3"),
+                    helper.make_node("Conv", ["h3", "w2"], ["y"], name="conv2")], inits)
+    res = _check(m)
+    assert res["ops"] == {"CONV_2D": 2, "HARD_SWISH": 1, "TRANSPOSE": 2}, res["ops"]
+
 # -- convolutions ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("k,stride,pads,dil", [
     (3, 1, [1, 1, 1, 1], 1), (3, 2, [1, 1, 1, 1], 1), (3, 2, [0, 0, 1, 1], 1), (1, 1, [0, 0, 0, 0], 1),
