@@ -221,6 +221,16 @@ def _fuse_hardswish(g: Any, as_op: bool = False) -> int:
     return len(replaced)
 
 
+def _drop_nodes(g: Any, drop: Set[int], new_inits: Sequence[Any]) -> None:
+    """Graph ``g`` without the nodes whose ids are in ``drop``, with ``new_inits`` added and the
+    initializers nothing reads any more removed."""
+    keep = [n for n in g.node if id(n) not in drop]
+    del g.node[:]
+    g.node.extend(keep)
+    g.initializer.extend(new_inits)
+    drop_unused_initializers(g)
+
+
 def _affine_chain(idx: _Index, start: str) -> Tuple[float, float, List[Any]]:
     """``(s, a, nodes)``: the Mul/Add/Sub/Div by one-element constants after tensor ``start``, each
     the only reader of the one before, as ``y * s + a``."""
@@ -297,13 +307,8 @@ def _fold_scalar_affine(g: Any) -> int:
         node.output[0] = chain[-1].output[0]
         drop.update(id(n) for n in chain)
         folded += 1
-    if not folded:
-        return 0
-    keep = [n for n in g.node if id(n) not in drop]
-    del g.node[:]
-    g.node.extend(keep)
-    g.initializer.extend(new_inits)
-    drop_unused_initializers(g)
+    if folded:
+        _drop_nodes(g, drop, new_inits)
     return folded
 
 
@@ -375,13 +380,8 @@ def _fold_affine_into_next_conv(g: Any) -> int:
         conv.input.extend(inputs)
         drop.update(id(n) for n in chain)
         folded += 1
-    if not folded:
-        return 0
-    keep = [n for n in g.node if id(n) not in drop]
-    del g.node[:]
-    g.node.extend(keep)
-    g.initializer.extend(new_inits)
-    drop_unused_initializers(g)
+    if folded:
+        _drop_nodes(g, drop, new_inits)
     return folded
 
 
