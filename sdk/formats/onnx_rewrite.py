@@ -366,7 +366,7 @@ def _fold_affine_into_next_conv(g: Any) -> int:
         if start is None:
             continue
         s, a, chain = _affine_chain(idx, start)
-        if not chain or chain[-1].output[0] != conv.input[0] or idx.only_consumer(conv.input[0]) is not conv:
+        if not chain or chain[-1].output[0] != conv.input[0] or id(idx.only_consumer(conv.input[0])) != id(conv):
             continue
         w64 = w.astype(np.float64)
         b = idx.consts[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] \
