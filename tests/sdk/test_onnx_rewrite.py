@@ -200,3 +200,32 @@ def test_quantize_reports_and_says_the_rewrites(tmp_path, capsys):
 
     rep = json.loads((tmp_path / "r.json").read_text())
     assert rep["model"]["float_rewrites"] == {"affine_folded": 1, "hardswish_fused": 1, "affine_folded_forward": 1}
+
+
+#: corpus models and the rewrites each takes (PP-LCNetV3: 28 affines after a conv, 24/28 hard-swishes,
+#: 10/12 affines before an unpadded conv; layout-cdla: hard-swishes only)
+CORPUS_REWRITES = {
+    "ppocr-v4-det": {"affine_folded": 28, "hardswish_fused": 24, "affine_folded_forward": 10},
+    "ppocr-v4-rec": {"affine_folded": 28, "hardswish_fused": 28, "affine_folded_forward": 12},
+    "layout-cdla": {"hardswish_fused": 94},
+}
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS_REWRITES))
+def test_corpus_models_rewritten_and_equal(name):
+    """The real exports: each rewrite found as many times as the model holds the pattern, and the
+    rewritten graph's outputs equal onnxruntime's on the file as shipped (two corpus inputs)."""
+    import onnxruntime as ort
+
+    from sdk import corpus
+
+    path = corpus.fetch([name])[name]
+    m = onnx.load(str(path))
+    out, done = simplify(m)
+    assert done == CORPUS_REWRITES[name]
+    assert len(out.graph.node) < len(m.graph.node)
+    a = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in corpus.sample_inputs(name, 2, seed=4):
+        for want, got in zip(a.run(None, feed), b.run(None, feed)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
