@@ -366,6 +366,10 @@ def test_an_lstm_reads_int8_per_channel_weights_on_float_activations(tmp_path, i
             scales = w["quantization_parameters"]["scales"]
             assert len(scales) == w["shape"][0] > 1      # one scale per output row
         assert any("dynamic-range" in n for n in info["notes"])
+        # FULLY_CONNECTED v12: the file asks for the runtime that added it (runtime_version.cc)
+        from sdk.targets.tflite.tflgraph import read_metadata
+
+        assert read_metadata(out.read_bytes())["min_runtime_version"].rstrip(b"\0") == b"2.17.0"
     else:
         assert info["hybrid_fully_connected"] == 0
         assert all(tensors[op["inputs"][1]]["dtype"] == np.float32 for op in lstm_fcs)
