@@ -154,7 +154,8 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
     work, rewrites = simplify(work)     # the quantizer's exact float rewrites (affines folded)
     for what, n in rewrites.items():
         if what.startswith("affine"):
-            notes.append(f"{n} scalar affine(s) folded into the conv {'after' if what.endswith('forward') else 'before'}")
+            notes.append(f"{n} scalar affine(s) folded into the "
+                         + ("unpadded conv after them" if what.endswith("forward") else "layer before them"))
     inits = {i.name for i in work.graph.initializer}
     consts: Dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in work.graph.initializer}
     names = set(consts)
