@@ -897,6 +897,9 @@ class _Run:
         if not self.qplan.layers:
             self.failures.append("nothing is quantized: every layer is kept in float"
                                  + (" to hold the accuracy budget" if self.fallback else ""))
+        if self.cfg.speed_check and self.tflite_output:
+            self._finish_latency_tflite()
+            return
         if not self.cfg.speed_check or not self.scheme.host_runtime:
             return
         # the written model timed against FP32 once more, interleaved, as `sdk bench` opens them (same
@@ -920,6 +923,26 @@ class _Run:
         if self.qplan.layers and speedup and speedup * (1.0 + SLOWER_TOLERANCE) < 1.0 and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
                                  "; pass --allow-slower to accept it")
+
+    def _finish_latency_tflite(self) -> None:
+        """``-o m.tflite`` (float I/O): the file written timed against the float ``.tflite`` the
+        converter makes of the prepared FP32 graph, on this host's LiteRT as ``sdk bench --target
+        tflite`` runs them; slower is a failure unless ``allow_slower``, as for a float ``.tflite``
+        source (:func:`~.tflite_model.speed_check`). Integer I/O files (Edge TPU, microcontrollers)
+        are not timed here."""
+        from ..model import Model
+        from ..targets.tflite.convert import onnx_to_tflite_bytes
+        from .tflite_model import file_feed, speed_check
+
+        if not self.qplan.layers or self.cfg.tflite_io != "float":
+            return
+        written = self.written_tflite()
+        int8 = written["data"] if written is not None else onnx_to_tflite_bytes(
+            self.qproto, self.cfg.input_shapes, int8_io=self.cfg.tflite_io, all_float_ok=True,
+            source_sha256=self.notes["source_sha256"])["data"]
+        floats = onnx_to_tflite_bytes(self.prepared.proto, self.cfg.input_shapes)["data"]
+        self.latency = speed_check(self.cfg, Model(data=floats, format="tflite"), int8,
+                                   file_feed(floats, self._first_feed()), self.failures)
 
     # -- results -------------------------------------------------------------------------------------
     def result(self, elapsed_s: float) -> QuantizeResult:

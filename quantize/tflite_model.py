@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InputError, QuantizationError
 
-__all__ = ["TFLiteAdapter", "WrittenTFLite", "quantize_tflite", "is_tflite"]
+__all__ = ["TFLiteAdapter", "WrittenTFLite", "quantize_tflite", "is_tflite", "speed_check", "file_feed"]
 
 
 def is_tflite(model: Any) -> bool:
@@ -279,7 +279,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
             warnings.warn(weak, stacklevel=3)
             if cfg.strict:
                 failures.append(weak)
-    latency = _speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
+    latency = speed_check(cfg, m, data, first_row, failures) if cfg.speed_check and info["ops_int8"] and \
         first_row is not None else None
     report = {
         "model": {"path": str(m.origin) if m.origin else None, "sha256": m.sha256, "format": "tflite",
@@ -353,8 +353,20 @@ class _Timed:
         return self.session.run(feed)
 
 
-def _speed_check(cfg: Any, m: Any, data: bytes, feed: Mapping[str, np.ndarray], failures: List[str]
-                 ) -> Dict[str, Any]:
+def file_feed(data: bytes, onnx_feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``onnx_feed`` (ONNX names and layouts) as the converted ``.tflite`` ``data`` takes it: its
+    inputs' names and permutations from the file's ``edgesdk.onnx`` metadata."""
+    from ..targets.tflite.convert import onnx_names
+
+    out = {}
+    for name, entry in (onnx_names(data).get("inputs") or {}).items():
+        value = np.asarray(onnx_feed[entry.get("onnx") or name])
+        out[name] = value.transpose(entry["perm"]) if entry.get("perm") else value
+    return out
+
+
+def speed_check(cfg: Any, m: Any, data: bytes, feed: Mapping[str, np.ndarray], failures: List[str]
+                ) -> Dict[str, Any]:
     """The float file and the INT8 one timed side by side on this host, as ``sdk bench --target
     tflite`` runs them (LiteRT with its default XNNPACK delegate, ``--threads``): interleaved rounds,
     the speedup the median of their ratios (:func:`~.speed.paired_speedup`), as on the ONNX path;

@@ -432,3 +432,33 @@ def test_slices_of_the_input_run_int8_after_one_quantize(tmp_path):
         got = it.get_tensor(it.get_output_details()[0]["index"])
         want = sess.run(None, feed)[0]
         assert float(np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got)) > 0.999
+
+
+def test_the_written_file_is_timed_against_the_float_tflite(tmp_path, monkeypatch):
+    """``-o m.tflite`` with the speed check: the file written and the float ``.tflite`` of the same
+    graph, timed side by side on this host's LiteRT (as ``sdk bench --target tflite``); INT8 slower
+    is a failure unless ``allow_slower``, as on the ONNX path. Timings are made up here, so the
+    verdict is fixed; integer I/O files are not timed."""
+    from sdk.quantize import speed
+
+    src = _net(tmp_path / "m.onnx")
+    timed: List[int] = []
+
+    def rounds(models, feed, **kw):
+        timed.append(len(models))
+        assert all(hasattr(m, "run") for m in models) and set(feed) == {"x"}   # the files' own sessions
+        for m in models:
+            m.run(None, feed)
+        return [[1.0] * 9, [2.0] * 9]          # float 1 ms, INT8 2 ms: INT8 slower
+
+    monkeypatch.setattr(speed, "latency_rounds", rounds)
+    kw = dict(scheme="tflite", budget=False, use_cache=False, workers=1)
+    res = quantize(src, _feeds(16, 0), output=tmp_path / "m.tflite", **kw)
+    lat = res.report["latency"]
+    assert timed == [2] and lat["fp32_ms"] == 1.0 and lat["int8_ms"] == 2.0 and lat["speedup"] == 0.5
+    assert "--target tflite" in lat["bench_command"] and "XNNPACK" in lat["runtime"]
+    assert any("slower than the float model" in f for f in res.failures)
+    res = quantize(src, _feeds(16, 0), output=tmp_path / "m2.tflite", allow_slower=True, **kw)
+    assert res.report["latency"]["speedup"] == 0.5 and not res.failures
+    res = quantize(src, _feeds(16, 0), output=tmp_path / "m3.tflite", tflite_io="int8", **kw)
+    assert res.report["latency"] is None and timed == [2, 2]
