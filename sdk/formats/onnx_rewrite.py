@@ -231,17 +231,27 @@ def _drop_nodes(g: Any, drop: Set[int], new_inits: Sequence[Any]) -> None:
     drop_unused_initializers(g)
 
 
+def _scalar_affine_step(idx: _Index, node: Any) -> Optional[str]:
+    """The data input of ``node`` when it is one step of :func:`_affine_chain` (a Mul/Add by a
+    one-element constant, a Sub/Div of one), else None."""
+    if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.input) != 2:
+        return None
+    for k in ((0, 1) if node.op_type in ("Mul", "Add") else (0,)):
+        if idx.scalar(node.input[1 - k]) is not None and idx.scalar(node.input[k]) is None:
+            return node.input[k]
+    return None
+
+
 def _affine_chain(idx: _Index, start: str) -> Tuple[float, float, List[Any]]:
     """``(s, a, nodes)``: the Mul/Add/Sub/Div by one-element constants after tensor ``start``, each
     the only reader of the one before, as ``y * s + a``."""
     s, a, chain, cur = 1.0, 0.0, [], start
     while True:
         n = idx.only_consumer(cur)
-        if n is None or n.op_type not in ("Mul", "Add", "Sub", "Div") or len(n.input) != 2:
+        if n is None or _scalar_affine_step(idx, n) != cur:
             break
-        other = _other_input(n, cur)
-        c = idx.scalar(other) if other is not None else None
-        if c is None or n.op_type in ("Sub", "Div") and n.input[0] != cur:
+        c = idx.scalar(n.input[1] if n.input[0] == cur else n.input[0])
+        if c is None:
             break
         if n.op_type == "Mul":
             s, a = s * c, a * c
@@ -312,18 +322,8 @@ def _fold_scalar_affine(g: Any) -> int:
     return folded
 
 
-def _scalar_affine_step(idx: _Index, node: Any) -> Optional[str]:
-    """The data input of ``node`` when it is one step of :func:`_affine_chain` (a Mul/Add by a
-    one-element constant, a Sub/Div of one), else None."""
-    if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.input) != 2:
-        return None
-    for k in ((0, 1) if node.op_type in ("Mul", "Add") else (0,)):
-        if idx.scalar(node.input[1 - k]) is not None and idx.scalar(node.input[k]) is None:
-            return node.input[k]
-    return None
-
-
 def _unpadded(conv: Any) -> bool:
+    """``conv`` pads nothing (``pads`` all zero, ``auto_pad`` NOTSET or VALID)."""
     for a in conv.attribute:
         if a.name == "pads" and any(a.ints):
             return False
