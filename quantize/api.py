@@ -440,6 +440,9 @@ class _Run:
         self.tflite_output = tflite_output                  # -o *.tflite: the converter writes the QDQ model
         #: the candidates' .tflite conversions by their Q/DQ model's digest: the final one is written as judged
         self.converted: "OrderedDict[str, Mapping[str, Any]]" = OrderedDict()
+        #: the final model's .tflite conversion made for the speed check when no guard judged one:
+        #: ``-o`` writes these bytes too (not marked judged)
+        self.timed_tflite: Optional[Mapping[str, Any]] = None
         self.cpu["judged_as"] = ("the written .tflite, run by LiteRT with its default delegate" if tflite_output
                                  else "this host's onnxruntime int8 kernels" if self.runs_here else
                                  "the exact int8 arithmetic (Q/DQ unfused), as the target computes it")
@@ -937,11 +940,12 @@ class _Run:
         if not self.qplan.layers or self.cfg.tflite_io != "float":
             return
         written = self.written_tflite()
-        int8 = written["data"] if written is not None else onnx_to_tflite_bytes(
-            self.qproto, self.cfg.input_shapes, int8_io=self.cfg.tflite_io, all_float_ok=True,
-            source_sha256=self.notes["source_sha256"])["data"]
+        if written is None:
+            written = self.timed_tflite = onnx_to_tflite_bytes(
+                self.qproto, self.cfg.input_shapes, int8_io=self.cfg.tflite_io, all_float_ok=True,
+                source_sha256=self.notes["source_sha256"])
         floats = onnx_to_tflite_bytes(self.prepared.proto, self.cfg.input_shapes)["data"]
-        self.latency = speed_check(self.cfg, Model(data=floats, format="tflite"), int8,
+        self.latency = speed_check(self.cfg, Model(data=floats, format="tflite"), written["data"],
                                    file_feed(floats, self._first_feed()), self.failures)
 
     # -- results -------------------------------------------------------------------------------------
@@ -1032,8 +1036,9 @@ class _Run:
     def extras(self) -> Dict[str, Any]:
         extras: Dict[str, Any] = {}
         written = self.written_tflite()
-        if written is not None:
-            extras["tflite_converted"] = written
+        if written is not None or self.timed_tflite is not None:
+            extras["tflite_converted"] = written if written is not None else self.timed_tflite
+            extras["tflite_judged"] = written is not None
         if self.scheme.writes_calibration_cache:
             extras["trt_scales"] = {n: max(abs(r[0]), abs(r[1])) / 127.0 for n, r in self.ranges.items()}
         if self.scheme.exports_ranges or self.cfg.ranges_path is not None:
@@ -1309,7 +1314,7 @@ def _write_outputs_locked(res: QuantizeResult, extras: Dict[str, Any], output: P
                                                 input_shapes=c.input_shapes, source_sha256=res.report.get(
                                                     "model", {}).get("sha256", ""),
                                                 converted=extras.get("tflite_converted"))
-        res.report["tflite"]["judged"] = "tflite_converted" in extras   # these bytes are the ones the guard ran
+        res.report["tflite"]["judged"] = bool(extras.get("tflite_judged"))   # these bytes are the ones the guard ran
         from ..model import Model
 
         saved = Model.load(output)

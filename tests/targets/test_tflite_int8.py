@@ -309,10 +309,8 @@ def test_the_guard_judges_the_written_file_not_its_qdq_model(tmp_path):
     assert abs(file_acc.result()["cosine"] - qdq.report["accuracy"]["outputs"]["prob"]["cosine"]) > 1e-6
 
 
-def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
-    """The final candidate's conversion, judged by the guard, is the file ``-o`` writes: each Q/DQ
-    model the run judges is converted once, the written file is byte for byte one of those, and no
-    conversion is made to write it."""
+def _count_conversions(monkeypatch) -> List[str]:
+    """The sha256 of every ``.tflite`` the converter makes from here on (``onnx_to_tflite_bytes``)."""
     import hashlib
 
     import sdk.targets.tflite.convert as conv
@@ -326,6 +324,18 @@ def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
         return res
 
     monkeypatch.setattr(conv, "onnx_to_tflite_bytes", counting)
+    return made
+
+
+def test_the_file_written_is_the_bytes_the_guard_ran(tmp_path, monkeypatch):
+    """The final candidate's conversion, judged by the guard, is the file ``-o`` writes: each Q/DQ
+    model the run judges is converted once, the written file is byte for byte one of those, and no
+    conversion is made to write it."""
+    import hashlib
+
+    import sdk.targets.tflite.convert as conv
+
+    made = _count_conversions(monkeypatch)
     src = _net(tmp_path / "m.onnx")
     res = quantize(src, _feeds(16, 0), output=tmp_path / "m.tflite", scheme="tflite", eval_data=_feeds(12, 3),
                    speed_check=False, use_cache=False, workers=1)
@@ -438,7 +448,8 @@ def test_the_written_file_is_timed_against_the_float_tflite(tmp_path, monkeypatc
     """``-o m.tflite`` with the speed check: the file written and the float ``.tflite`` of the same
     graph, timed side by side on this host's LiteRT (as ``sdk bench --target tflite``); INT8 slower
     is a failure unless ``allow_slower``, as on the ONNX path. Timings are made up here, so the
-    verdict is fixed; integer I/O files are not timed."""
+    verdict is fixed; without a guard the file timed is the file written, converted once; integer
+    I/O files are not timed."""
     from sdk.quantize import speed
 
     src = _net(tmp_path / "m.onnx")
@@ -458,7 +469,13 @@ def test_the_written_file_is_timed_against_the_float_tflite(tmp_path, monkeypatc
     assert timed == [2] and lat["fp32_ms"] == 1.0 and lat["int8_ms"] == 2.0 and lat["speedup"] == 0.5
     assert "--target tflite" in lat["bench_command"] and "XNNPACK" in lat["runtime"]
     assert any("slower than the float model" in f for f in res.failures)
+    assert res.report["tflite"]["judged"] is False           # no guard ran (budget=False)
+    import hashlib
+
+    made = _count_conversions(monkeypatch)
     res = quantize(src, _feeds(16, 0), output=tmp_path / "m2.tflite", allow_slower=True, **kw)
     assert res.report["latency"]["speedup"] == 0.5 and not res.failures
+    # the INT8 file timed is the file written, converted once (and the float one beside it)
+    assert len(made) == 2 and hashlib.sha256((tmp_path / "m2.tflite").read_bytes()).hexdigest() in made
     res = quantize(src, _feeds(16, 0), output=tmp_path / "m3.tflite", tflite_io="int8", **kw)
     assert res.report["latency"] is None and timed == [2, 2]
