@@ -22,7 +22,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -52,6 +52,19 @@ class TFLiteAdapter:
         self._interp: Any = None
         #: input tensor -> per-channel calibration mean: the bias correction of every :meth:`write`
         self.channel_means: Dict[str, np.ndarray] = {}
+        #: op outputs every :meth:`write` keeps float (``--exclude``)
+        self.kept_float: FrozenSet[str] = frozenset()
+
+    def keep_float(self, names: Sequence[str]) -> None:
+        """Keep the ops writing ``names`` in float in every model written (``--exclude``: a layer is
+        named by its output tensor, as in ``report.layer_precision``)."""
+        ops = {self.graph.tensors[o].name for op in self.graph.ops for o in op.outputs}
+        bad = [n for n in names if n not in ops]
+        if bad:
+            raise InputError(f"--exclude {bad[0]!r} names no op output of this .tflite",
+                             "name a layer by its output tensor, as report.layer_precision lists them "
+                             f"(e.g. {sorted(ops)[0]!r})")
+        self.kept_float = frozenset(names)
 
     def activations(self) -> List[str]:
         """The float activation tensors (the calibrated ones), graph inputs included."""
@@ -101,7 +114,7 @@ class TFLiteAdapter:
 
         graph, _ = read_tflite(self.float_bytes)
         lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(self.channel_means))
-        info = quantize_graph(lw, io=io, exclude=exclude, int16=int16)
+        info = quantize_graph(lw, io=io, exclude=set(exclude) | self.kept_float, int16=set(int16) - self.kept_float)
         return write_flatbuffer(graph, description="edgesdk int8"), info
 
 
@@ -213,6 +226,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
     get_method(method)
     m = model if isinstance(model, Model) else Model.load(model)
     adapter = TFLiteAdapter(m.to_bytes())
+    adapter.keep_float(list(cfg.exclude or ()))
     names = adapter.activations()
     stats = CalibrationStats.empty(m.sha256, names,
                                    channel_names=adapter.weighted_inputs() if cfg.bias_correction else ())
@@ -296,7 +310,7 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                    info["ops_int8"] + info.get("ops_int16", 0) + info["ops_float"]},
         "bias_correction": {"corrected_layers": info.get("bias_corrected", 0)}, "fallback_layers": fallback,
         "fallback": {"precision": fallback_kind if fallback else None, "why": fallback_why or None},
-        "layer_precision": layer_precision(data, fallback, fallback_why),
+        "layer_precision": layer_precision(data, fallback, fallback_why, adapter.kept_float),
         "not_done_for_tflite_input": ["speed plan (the speed is checked, not searched)"],
         "time_s": round(time.perf_counter() - t0, 3), "outputs": {},
     }
@@ -318,8 +332,9 @@ def quantize_tflite(model: Any, calib: Any, cfg: Any, output: Optional[Path]) ->
                           scheme=scheme, failures=failures)
 
 
-def layer_precision(data: bytes, fallback: Sequence[str], why: str) -> Dict[str, Dict[str, str]]:
-    """Each op of the written model (by its output tensor): ``{"precision": int8 | 16x8 | float, "why"}``."""
+def layer_precision(data: bytes, fallback: Sequence[str], why: str, kept: Any = ()) -> Dict[str, Dict[str, str]]:
+    """Each op of the written model (by its output tensor): ``{"precision": int8 | 16x8 | float, "why"}``;
+    ``kept``: the ones ``--exclude`` kept in float."""
     from ..targets.tflite.reader import read_tflite
 
     g, _ = read_tflite(data)
@@ -337,6 +352,8 @@ def layer_precision(data: bytes, fallback: Sequence[str], why: str) -> Dict[str,
             out[name] = {"precision": "16x8", "why": f"accuracy budget (sensitivity fallback): {why}"}
         elif name in moved:
             out[name] = {"precision": "float", "why": f"accuracy budget (sensitivity fallback): {why}"}
+        elif name in kept:
+            out[name] = {"precision": "float", "why": "--exclude"}
         else:
             out[name] = {"precision": str(t.dtype), "why": f"{op.code}: no int8 kernel, or a tensor left uncalibrated"}
     return out

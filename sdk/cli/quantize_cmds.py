@@ -197,6 +197,7 @@ def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
     what = {"hardswish_fused": "written-out hard-swish as x*HardSigmoid(x)",
             "hardswish_op": "hard-swish as one HardSwish (the target's kernel)",
             "affine_folded": "scalar affines folded into the layer before",
+            "conv_transpose_folded": "ConvTransposes took the bias/BatchNorm/per-channel ops after them",
             "affine_folded_forward": "scalar affines folded into the unpadded conv after"}
     if rewrites:
         c.print("float graph rewritten (exact; FP32 is timed and judged with it): "

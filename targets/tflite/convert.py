@@ -40,13 +40,23 @@ def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
     for t in g.tensors:
         if t.data is not None:
             continue
-        if t.onnx:
+        if t.onnx and _holds(lw, t):
             tensors[t.name] = {"onnx": t.onnx, "perm": list(t.perm) if t.perm else None}
     doc = {"schema": "edgesdk.tflite-onnx/1", "source_sha256": source_sha256,
            "inputs": {g.tensors[i].name: tensors.get(g.tensors[i].name) for i in g.inputs},
            "outputs": {g.tensors[i].name: tensors.get(g.tensors[i].name) for i in g.outputs},
            "tensors": tensors, **extra}
     return json.dumps(doc, sort_keys=True).encode()
+
+
+def _holds(lw: Any, t: Any) -> bool:
+    """Tensor ``t`` holds its ONNX value (in layout ``t.perm``), not only its quantization: a 1-D conv's
+    ``[N, 1, L, C]`` copy or a ConvTranspose's blocks before DEPTH_TO_SPACE are left out of the map."""
+    shape = lw.p.shapes.get(t.onnx)
+    if shape is None:
+        return True
+    stored = tuple(shape) if not t.perm else tuple(shape[i] for i in t.perm)
+    return tuple(t.shape) == stored
 
 
 def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None, *,
@@ -57,6 +67,7 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
 
     Returns ``{"data": bytes, "ops": {op: count}, "notes": [...], "tensors": n, "folded": n}``;
     raises :class:`ConversionError` before returning anything for a node TFLite cannot express."""
+    from .int8 import transpose_conv_blocks
     from .onnx_lower import lower
     from .onnx_prep import prepare
     from .tflgraph import write_flatbuffer
@@ -71,6 +82,8 @@ def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequenc
         notes.append(f"{pairs} activation QuantizeLinear/DequantizeLinear pair(s) of the QDQ source kept as "
                      "QUANTIZE -> DEQUANTIZE: this float file computes the same fake quantization")
     extra: Dict[str, Any] = {"io_layout": io_layout}
+    if int8_io is None or not lw.qparams:       # a float file (quantize_graph rewrites the int8 ones)
+        transpose_conv_blocks(lw)
     if int8_io is not None and not lw.qparams and all_float_ok:
         floats = sum(1 for op in lw.g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE"))
         note = "the quantizer kept every layer in float: the file is float" + \

@@ -156,6 +156,8 @@ def prepare(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = No
         if what.startswith("affine"):
             notes.append(f"{n} scalar affine(s) folded into the "
                          + ("unpadded conv after them" if what.endswith("forward") else "layer before them"))
+        elif what == "conv_transpose_folded":
+            notes.append(f"{n} ConvTranspose(s) took the bias Add / BatchNormalization / per-channel ops after them")
     inits = {i.name for i in work.graph.initializer}
     consts: Dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in work.graph.initializer}
     names = set(consts)

@@ -117,6 +117,27 @@ def test_a_budget_that_breaks_keeps_layers_in_float(tmp_path):
     assert strict.failures and "cosine" in strict.failures[0]
 
 
+def test_exclude_keeps_the_named_ops_float_and_a_wrong_name_is_one_error(tmp_path, capsys):
+    """``--exclude`` on a ``.tflite`` names a layer by its output tensor (as ``report.layer_precision``
+    does); every model written keeps it float, the guard's and the fallback's included. It was
+    ignored on this path before."""
+    src = _float_tflite(tmp_path)
+    full = quantize(src, _feeds(8, 0), guard=False, speed_check=False)
+    conv = next(n for n, p in full.report["layer_precision"].items() if p["precision"] == "int8" and n != "x")
+    res = quantize(src, _feeds(8, 0), output=tmp_path / "q.tflite", eval_data=_feeds(8, 1), speed_check=False,
+                   exclude=[conv])
+    assert res.report["layer_precision"][conv] == {"precision": "float", "why": "--exclude"}
+    assert res.report["tflite"]["ops_int8"] < full.report["tflite"]["ops_int8"]
+    it = _interp(tmp_path / "q.tflite")
+    dtypes = {t["name"]: t["dtype"] for t in it.get_tensor_details()}
+    assert dtypes[conv] == np.float32
+    np.savez(tmp_path / "calib.npz", x=np.concatenate([f["x"] for f in _feeds(8, 0)]))
+    code, _, stderr = run_cli(["quantize", src, "--calib", tmp_path / "calib.npz", "-o", tmp_path / "r.tflite",
+                               "--exclude", "no_such_layer"], capsys)
+    assert code == 2 and "--exclude 'no_such_layer' names no op output of this .tflite" in stderr
+    assert "Traceback" not in stderr and not (tmp_path / "r.tflite").exists()
+
+
 def test_cli_quantize_tflite_and_int8_io(tmp_path, capsys):
     src = _float_tflite(tmp_path)
     np.savez(tmp_path / "calib.npz", x=np.concatenate([f["x"] for f in _feeds(8, 0)]))

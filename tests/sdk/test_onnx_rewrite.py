@@ -1,6 +1,6 @@
 """The exact float rewrites (``sdk/formats/onnx_rewrite.py``): a written-out hard-swish as
 ``x * HardSigmoid(x)``, a scalar affine folded into the Conv or BatchNormalization before it or into
-the unpadded Conv after it; outputs
+the unpadded Conv after it, per-channel affines folded into the ConvTranspose before them; outputs
 equal ONNX Runtime's on the original; chains they must not touch are left alone."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from sdk.formats.onnx_rewrite import fold_affine_into_next_conv, fold_scalar_affine, fuse_hardswish, simplify
+from sdk.formats.onnx_rewrite import (fold_affine_into_next_conv, fold_into_conv_transpose, fold_scalar_affine,
+                                      fuse_hardswish, simplify)
 
 
 def _run(proto, x):
@@ -154,6 +155,56 @@ def test_what_the_fold_into_the_next_conv_leaves():
         assert simplify(m)[1] == {}
 
 
+def _conv_transpose_model(after, inits_after, kernel=2, bias=True, outputs=("y",)):
+    rng = np.random.default_rng(8)
+    inits = [_const("wt", rng.standard_normal((4, 3, kernel, kernel)) * 0.5)] + inits_after
+    ins = ["x", "wt"] + (["bt"] if bias else [])
+    inits += [_const("bt", rng.standard_normal(3))] if bias else []
+    return _model([helper.make_node("ConvTranspose", ins, ["t"], strides=[2, 2]), *after], inits, outputs)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_bias_add_and_batchnorm_fold_into_the_conv_transpose(bias):
+    """paddle2onnx's ConvTranspose -> Add(bias) -> BatchNormalization (DB text detectors' head), and a
+    per-channel Mul and a scalar Sub after it: one ConvTranspose, same outputs."""
+    rng = np.random.default_rng(9)
+    after = [helper.make_node("Add", ["t", "cb"], ["u"]),
+             helper.make_node("BatchNormalization", ["u", "g", "be", "mu", "var"], ["v"], epsilon=1e-3),
+             helper.make_node("Mul", ["v", "pc"], ["w"]), helper.make_node("Sub", ["w", "one"], ["y"])]
+    inits = [_const("cb", rng.standard_normal((3, 1, 1))), _const("g", rng.uniform(0.5, 1.5, 3)),
+             _const("be", rng.standard_normal(3)), _const("mu", rng.standard_normal(3) * 0.1),
+             _const("var", rng.uniform(0.5, 2, 3)), _const("pc", rng.standard_normal((1, 3, 1, 1))),
+             _const("one", [1.0])]
+    m = _conv_transpose_model(after, inits, bias=bias)
+    out, n = fold_into_conv_transpose(m)
+    assert n == 1 and [x.op_type for x in out.graph.node] == ["ConvTranspose"] and out.graph.node[0].output[0] == "y"
+    assert simplify(m)[1] == {"conv_transpose_folded": 1}
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(_run(out, x)[0], _run(m, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_what_the_conv_transpose_fold_leaves():
+    """An Add of a (C,) constant (it broadcasts over the width, not the channels), a constant on the
+    left of a Sub, an output another node also reads, a grouped ConvTranspose: nothing is folded."""
+    rng = np.random.default_rng(10)
+    cases = [
+        ([helper.make_node("Add", ["t", "row"], ["y"])], [_const("row", rng.standard_normal(3))], ("y",)),
+        ([helper.make_node("Sub", ["k", "t"], ["y"])], [_const("k", [1.0])], ("y",)),
+        ([helper.make_node("Add", ["t", "cb"], ["y"]), helper.make_node("Relu", ["t"], ["z"])],
+         [_const("cb", rng.standard_normal((1, 3, 1, 1)))], ("y", "z")),
+    ]
+    for after, inits, outputs in cases:
+        m = _conv_transpose_model(after, inits, outputs=outputs)
+        out, n = fold_into_conv_transpose(m)
+        assert n == 0 and [x.op_type for x in out.graph.node] == ["ConvTranspose"] + [x.op_type for x in after]
+    g2 = helper.make_graph([helper.make_node("ConvTranspose", ["x", "wg"], ["t"], strides=[2, 2], group=2),
+                            helper.make_node("Add", ["t", "cb"], ["y"])], "g",
+                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, None, None])],
+                           [_const("wg", rng.standard_normal((4, 1, 2, 2))), _const("cb", rng.standard_normal((1, 2, 1, 1)))])
+    assert fold_into_conv_transpose(helper.make_model(g2))[1] == 0
+
+
 def test_what_is_not_exact_or_not_alone_is_left():
     """A per-channel Mul, a constant on the left of a Sub, a tensor another node also reads, a
     graph output in the middle of a chain, a Clip to 5: nothing is rewritten."""
@@ -203,9 +254,11 @@ def test_quantize_reports_and_says_the_rewrites(tmp_path, capsys):
 
 
 #: corpus models and the rewrites each takes (PP-LCNetV3: 28 affines after a conv, 24/28 hard-swishes,
-#: 10/12 affines before an unpadded conv; layout-cdla: hard-swishes only)
+#: 10/12 affines before an unpadded conv; ppocr-v4-det's head: 2 ConvTransposes with a bias Add, one
+#: also with a BatchNormalization; layout-cdla: hard-swishes only)
 CORPUS_REWRITES = {
-    "ppocr-v4-det": {"affine_folded": 28, "hardswish_fused": 24, "affine_folded_forward": 10},
+    "ppocr-v4-det": {"affine_folded": 28, "conv_transpose_folded": 2, "hardswish_fused": 24,
+                     "affine_folded_forward": 10},
     "ppocr-v4-rec": {"affine_folded": 28, "hardswish_fused": 28, "affine_folded_forward": 12},
     "layout-cdla": {"hardswish_fused": 94},
 }

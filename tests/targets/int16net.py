@@ -10,7 +10,7 @@ def _w(*s, scale=0.3):
 
 def net(path):
     inits = {"w1": _w(8, 3, 3, 3), "b1": _w(8), "dw": _w(8, 1, 3, 3), "db": _w(8), "w3": _w(8, 8, 1, 1),
-             "wt": _w(8, 4, 2, 2), "bt": _w(4), "wf": _w(10, 4 * 4 * 4), "bf": _w(10),
+             "wt": _w(8, 4, 3, 3), "bt": _w(4), "wf": _w(10, 4 * 4 * 4), "bf": _w(10),
              "shape": np.array([1, 4 * 4 * 4], np.int64), "c": _w(1, 8, 1, 1),
              "starts": np.array([0, 0], np.int64), "ends": np.array([12, 12], np.int64), "axes": np.array([2, 3], np.int64),
              "split": np.array([8, 8], np.int64), "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64),
@@ -46,7 +46,8 @@ def net(path):
         N("Resize", ["pd", "", "scales"], ["rb"], mode="linear", coordinate_transformation_mode="half_pixel", name="resize_b"),
         N("Add", ["rs", "rb"], ["rsum"], name="addresize"),
         N("Slice", ["rsum", "starts", "ends", "axes"], ["sl"], name="slice"),
-        N("ConvTranspose", ["sl", "wt", "bt"], ["ct"], strides=[2, 2], name="convt"),
+        # kernel 3 > stride 2 (overlapping blocks): it stays TRANSPOSE_CONV (kernel == stride does not)
+        N("ConvTranspose", ["sl", "wt", "bt"], ["ct"], strides=[2, 2], pads=[0, 0, 1, 1], name="convt"),
         N("ReduceMean", ["ct"], ["rm"], axes=[2, 3], keepdims=1, name="mean"),
         N("Mul", ["ct", "rm"], ["ctm"], name="mulmean"),
         N("MaxPool", ["ctm"], ["q"], kernel_shape=[6, 6], strides=[6, 6], name="pool2"),

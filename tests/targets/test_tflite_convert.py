@@ -240,6 +240,20 @@ def test_conv_transpose(stride, pads, out_pad):
     _check(m)
 
 
+@pytest.mark.parametrize("k,c_out,relu", [(2, 5, False), (2, 1, True), (4, 3, False)])
+def test_conv_transpose_with_kernel_equal_to_stride_is_a_conv_and_depth_to_space(k, c_out, relu):
+    """Kernel k, stride k, no padding: the output blocks do not overlap, so a 1x1 CONV_2D to k*k*C
+    channels and DEPTH_TO_SPACE compute it (XNNPACK runs these faster, int8 most of all); a Relu
+    after it stays fused into the CONV_2D."""
+    tail = [helper.make_node("Relu", ["t"], ["y"], name="relu")] if relu else []
+    m = _conv_then([helper.make_node("ConvTranspose", ["c", "tw", "tb"], ["t" if relu else "y"], strides=[k, k],
+                                     name="convt"), *tail], {"tw": _w(4, c_out, k, k), "tb": _w(c_out)})
+    res = _check(m)
+    assert "TRANSPOSE_CONV" not in res["ops"] and res["ops"]["DEPTH_TO_SPACE"] == 1 and "RELU" not in res["ops"]
+    names = onnx_names(res["data"])["tensors"]
+    assert all(not t.endswith("/blocks") for t in names)     # the blocks are no ONNX value: not in the map
+
+
 # -- pools, reductions, resize ------------------------------------------------------------------------
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),

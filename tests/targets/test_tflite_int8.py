@@ -444,6 +444,89 @@ def test_slices_of_the_input_run_int8_after_one_quantize(tmp_path):
         assert float(np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got)) > 0.999
 
 
+def _upsampler(path) -> Any:
+    """Conv+Relu -> ConvTranspose 2x2 stride 2 -> Relu (a DB head's upsampling, kernel = stride)."""
+    r = np.random.default_rng(7)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ConvTranspose", ["r", "tw", "tb"], ["t"], strides=[2, 2], name="up"),
+             helper.make_node("Relu", ["t"], ["y"], name="relu2")]
+    inits = {"w": _w(6, 3, 3, 3, rng=r), "b": _w(6, rng=r), "tw": _w(6, 3, 2, 2, rng=r), "tb": _w(3, rng=r)}
+    g = helper.make_graph(nodes, "up", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return save_checked(m, path)
+
+
+def _outputs(path, feeds) -> List[np.ndarray]:
+    it = _interp(path)
+    outs = []
+    for feed in feeds:
+        it.set_tensor(it.get_input_details()[0]["index"], feed["x"])
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    return outs
+
+
+def test_a_conv_transpose_with_kernel_equal_to_stride_runs_int8_as_conv_and_depth_to_space(tmp_path):
+    """The int8 file writes it as CONV_2D 1x1 + DEPTH_TO_SPACE (XNNPACK's int8 TRANSPOSE_CONV took
+    77 ms against 4-6 ms for ppocr-v4-det's last upsampling), its weights at the per-channel scales of
+    the QDQ model's ConvTranspose (tiled over the k*k blocks), so the file computes the QDQ model
+    (up to an output step where the requantization rounds a tie the other way); a .tflite source with a TRANSPOSE_CONV of that form gets the same."""
+    from sdk.targets.tflite.onnx_lower import lower
+    from sdk.targets.tflite.onnx_prep import prepare
+    from sdk.targets.tflite.tflgraph import write_flatbuffer
+
+    src = _upsampler(tmp_path / "up.onnx")
+    feeds = _feeds(16, 0)
+    quantize(src, feeds, scheme="tflite", output=tmp_path / "up.tflite", budget=False, speed_check=False,
+             use_cache=False, workers=1)
+    quantize(src, feeds, scheme="tflite", output=tmp_path / "up.qdq.onnx", budget=False, speed_check=False,
+             use_cache=False, workers=1)
+    it = _interp(tmp_path / "up.tflite")
+    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    ops = {op["op_name"]: op for op in it._get_ops_details()}
+    assert "TRANSPOSE_CONV" not in ops and "DEPTH_TO_SPACE" in ops and "RELU" not in ops
+    conv = next(op for op in it._get_ops_details() if op["op_name"] == "CONV_2D" and
+                tensors[op["inputs"][1]]["shape"][0] == 12)
+    scales = _q(tensors[conv["inputs"][1]])[0]
+    np.testing.assert_allclose(scales, np.tile(scales[:3], 4))                # one scale per ONNX channel
+    assert tensors[conv["outputs"][0]]["dtype"] == np.int8
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(tmp_path / "up.qdq.onnx"), so, providers=["CPUExecutionProvider"])
+    step = _q(tensors[ops["DEQUANTIZE"]["inputs"][0]])[0][0]
+    test = _feeds(4, 9)
+    for got, feed in zip(_outputs(tmp_path / "up.tflite", test), test):
+        diff = np.abs(got - sess.run(None, feed)[0])
+        assert diff.max() <= 1.01 * step and (diff < 1e-6).mean() > 0.98     # seen: 4 of 768 one step off
+    # a float .tflite holding the TRANSPOSE_CONV itself (the converter, before its own rewrite)
+    import onnx
+
+    lw = lower(prepare(onnx.load(str(src)), None))
+    up = [lw.g.tensors[op.outputs[0]].name for op in lw.g.ops if op.code == "TRANSPOSE_CONV"]
+    assert len(up) == 1
+    (tmp_path / "tc.tflite").write_bytes(write_flatbuffer(lw.g))
+    res = quantize(tmp_path / "tc.tflite", feeds, output=tmp_path / "tc_int8.tflite", budget=False, use_cache=False)
+    assert res.report["tflite"]["transpose_conv_as_depth_to_space"] == 1
+    # kept in float by the plan: the float form, both ops float
+    res_f = quantize(tmp_path / "tc.tflite", feeds, output=tmp_path / "tc_f.tflite", budget=False, use_cache=False,
+                     exclude=up)
+    assert res_f.report["tflite"]["transpose_conv_as_depth_to_space"] == 1
+    it_f = _interp(tmp_path / "tc_f.tflite")
+    kinds = {t["index"]: t["dtype"] for t in it_f.get_tensor_details()}
+    blocks = [op for op in it_f._get_ops_details() if op["op_name"] in ("DEPTH_TO_SPACE", "CONV_2D")
+              and kinds[op["outputs"][0]] == np.float32]
+    assert sorted(op["op_name"] for op in blocks) == ["CONV_2D", "DEPTH_TO_SPACE"]
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    for path in ("tc_int8.tflite", "tc_f.tflite"):
+        for got, feed in zip(_outputs(tmp_path / path, test), test):
+            want = ref.run(None, feed)[0]
+            assert float(np.sum(want * got) / np.linalg.norm(want) / np.linalg.norm(got)) > 0.999
+
+
 def test_the_written_file_is_timed_against_the_float_tflite(tmp_path, monkeypatch):
     """``-o m.tflite`` with the speed check: the file written and the float ``.tflite`` of the same
     graph, timed side by side on this host's LiteRT (as ``sdk bench --target tflite``); INT8 slower
