@@ -233,6 +233,25 @@ def _drop_nodes(g: Any, drop: Set[int], new_inits: Sequence[Any]) -> None:
     drop_unused_initializers(g)
 
 
+def _absorb(idx: _Index, node: Any, chain: Sequence[Any], w: np.ndarray, b: np.ndarray, what: str,
+            drop: Set[int]) -> List[Any]:
+    """``node`` (a Conv, ConvTranspose or BatchNormalization) with weights ``w`` on input 1 and bias
+    ``b`` on input 2 in place of the ``chain`` after it, whose output name it takes (the chain's nodes
+    go into ``drop``); returns the two new initializers, named after it and ``what``."""
+    from onnx import numpy_helper
+
+    base = node.name or node.output[0]
+    wn, bn = idx.fresh(f"{base}_{what}_w"), idx.fresh(f"{base}_{what}_b")
+    inputs = list(node.input)
+    inputs[1] = wn
+    inputs[2:3] = [bn]
+    del node.input[:]
+    node.input.extend(inputs)
+    node.output[0] = chain[-1].output[0]
+    drop.update(id(n) for n in chain)
+    return [numpy_helper.from_array(w.astype(np.float32), wn), numpy_helper.from_array(b.astype(np.float32), bn)]
+
+
 def _scalar_affine_step(idx: _Index, node: Any) -> Optional[str]:
     """The data input of ``node`` when it is one step of :func:`_affine_chain` (a Mul/Add by a
     one-element constant, a Sub/Div of one), else None."""
@@ -277,7 +296,6 @@ def fold_scalar_affine(proto: Any) -> Tuple[Any, int]:
 
 def _fold_scalar_affine(g: Any) -> int:
     """:func:`fold_scalar_affine` on graph ``g`` in place."""
-    from onnx import numpy_helper
 
     idx = _Index.of_graph(g)
     drop: Set[int] = set()
@@ -304,20 +322,7 @@ def _fold_scalar_affine(g: Any) -> int:
             b = idx.consts[node.input[2]].astype(np.float64) if has_bias else np.zeros(w.shape[0])
         else:
             b = idx.consts[node.input[bias_at]].astype(np.float64)
-        base = node.name or node.output[0]
-        wn, bn = idx.fresh(f"{base}_affine_w"), idx.fresh(f"{base}_affine_b")
-        new_inits += [numpy_helper.from_array((w * s).astype(np.float32), wn),
-                      numpy_helper.from_array((b * s + a).astype(np.float32), bn)]
-        inputs = list(node.input)
-        inputs[1] = wn
-        if len(inputs) <= bias_at:
-            inputs.append(bn)
-        else:
-            inputs[bias_at] = bn
-        del node.input[:]
-        node.input.extend(inputs)
-        node.output[0] = chain[-1].output[0]
-        drop.update(id(n) for n in chain)
+        new_inits += _absorb(idx, node, chain, w * s, b * s + a, "affine", drop)
         folded += 1
     if folded:
         _drop_nodes(g, drop, new_inits)
@@ -434,7 +439,6 @@ def _fold_into_conv_transpose(g: Any) -> int:
     """:func:`fold_into_conv_transpose` on graph ``g`` in place. paddle2onnx writes a ConvTranspose's
     bias as an Add after it, and DB text detectors follow it with a BatchNormalization: two passes
     over the upsampled map (ppocr-v4-det: 24 x 368 x 368) that are one set of weights."""
-    from onnx import numpy_helper
 
     idx = _Index.of_graph(g)
     drop: Set[int] = set()
@@ -465,15 +469,7 @@ def _fold_into_conv_transpose(g: Any) -> int:
             cur = nxt.output[0]
         if not chain:
             continue
-        base = node.name or node.output[0]
-        wn, bn = idx.fresh(f"{base}_folded_w"), idx.fresh(f"{base}_folded_b")
-        new_inits += [numpy_helper.from_array(w64.astype(np.float32), wn),
-                      numpy_helper.from_array(b.astype(np.float32), bn)]
-        inputs = [node.input[0], wn, bn]
-        del node.input[:]
-        node.input.extend(inputs)
-        node.output[0] = chain[-1].output[0]
-        drop.update(id(n) for n in chain)
+        new_inits += _absorb(idx, node, chain, w64, b, "folded", drop)
         folded += 1
     if folded:
         _drop_nodes(g, drop, new_inits)
