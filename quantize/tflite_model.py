@@ -49,6 +49,7 @@ class TFLiteAdapter:
 
         self.graph, self.info = read_tflite(data)
         self.float_bytes = write_flatbuffer(self.graph, description="edgesdk float (weights float32)")
+        self._half = {t.name for t in self.graph.tensors if t.half}
         self._interp: Any = None
         #: input tensor -> per-channel calibration mean: the bias correction of every :meth:`write`
         self.channel_means: Dict[str, np.ndarray] = {}
@@ -113,6 +114,8 @@ class TFLiteAdapter:
         from ..targets.tflite.tflgraph import write_flatbuffer
 
         graph, _ = read_tflite(self.float_bytes)
+        for t in graph.tensors:      # float16 in the source (float_bytes holds the float32 copy)
+            t.half = t.name in self._half
         lw = SimpleNamespace(g=graph, qparams=dict(qparams), channel_means=dict(self.channel_means))
         info = quantize_graph(lw, io=io, exclude=set(exclude) | self.kept_float, int16=set(int16) - self.kept_float)
         return write_flatbuffer(graph, description="edgesdk int8"), info

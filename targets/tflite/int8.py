@@ -536,6 +536,33 @@ def transpose_conv_blocks(lw: Any, skip: Any = (), floats: Any = ()) -> Tuple[in
     return n, float_blocks
 
 
+def float16_weights_back(g: TFLGraph) -> int:
+    """The constants a float op reads that were float16 behind DEQUANTIZE in the source file (the
+    reader folds them to float32: ``TFLTensor.half``) stored float16 again, each behind one
+    DEQUANTIZE, as the source had them: a MediaPipe model's layers kept float keep its file's size
+    (mp-hand-landmark's INT8 file was 5.77 MB, its float16 source 5.48 MB, with 29 layers float).
+    XNNPACK unpacks such weights once, at load. Returns how many constants."""
+    readers: Dict[int, List[Tuple[TFLOp, int]]] = {}
+    for op in g.ops:
+        if op.code != "DEQUANTIZE" and any(g.tensors[o].dtype == "float32" for o in op.outputs):
+            for slot, t in enumerate(op.inputs):
+                if t >= 0 and g.tensors[t].half and g.tensors[t].data is not None and g.tensors[t].dtype == "float32":
+                    readers.setdefault(t, []).append((op, slot))
+    head: List[TFLOp] = []
+    for t, uses in readers.items():
+        src = g.tensors[t]
+        assert src.data is not None
+        half = g.add_tensor(src.name + "/fp16", src.shape, "float16", src.data.astype(np.float16))
+        deq = g.add_tensor(src.name + "/dequantized", src.shape)
+        head.append(TFLOp("DEQUANTIZE", [half], [deq], source=src.onnx))
+        for op, slot in uses:
+            op.inputs[slot] = deq
+    g.ops = head + g.ops
+    if head:
+        g.prune()
+    return len(head)
+
+
 #: ONNX ops lowered into float TFLite ops whose inner tensors the calibration never sees (the Q/DQ
 #: source has no ranges inside them): their FULLY_CONNECTED take int8 weights on float activations
 RECURRENT_ONNX_OPS = frozenset({"LSTM"})
@@ -592,6 +619,7 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = (), int16: Any = (
     g: TFLGraph = lw.g
     hybrid = _hybrid_recurrent_fcs(lw) if io == "float" else 0
     g.prune()
+    halves = float16_weights_back(g)
     ops_int8 = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
                    any(g.tensors[o].dtype == "int8" for o in op.outputs))
     ops_float = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
@@ -615,7 +643,7 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = (), int16: Any = (
     return {"ops_int8": ops_int8, "ops_int16": ops_int16, "ops_float": ops_float, "float_op_types": floats,
             "hybrid_fully_connected": hybrid,
             "requantized_concat_inputs": p.requantized, "hard_swish_expanded": expanded,
-            "transpose_conv_as_depth_to_space": blocks,
+            "transpose_conv_as_depth_to_space": blocks, "float16_weights": halves,
             "bias_corrected": p.bias_corrected, "float_for_xnnpack": dict(p.float_kept),
             "quantize_ops": sum(1 for op in g.ops if op.code == "QUANTIZE"),
             "dequantize_ops": sum(1 for op in g.ops if op.code == "DEQUANTIZE"), "notes": notes}

@@ -112,6 +112,7 @@ def _fold_dequantize(g: TFLGraph) -> int:
                 arr = (arr - q.zero_point.reshape(shape)) * q.scale.reshape(shape)
             out = g.tensors[op.outputs[0]]
             out.data, out.dtype, out.onnx = np.ascontiguousarray(arr, np.float32), "float32", ""
+            out.half = src.dtype == "float16"
             folded += 1
             continue
         keep.append(op)

@@ -56,6 +56,7 @@ class TFLTensor:
     onnx: str = ""                         # the ONNX tensor it holds ("" for none)
     perm: Optional[Tuple[int, ...]] = None  # it holds that ONNX value transposed by perm
     shape_signature: Optional[Tuple[int, ...]] = None  # -1 for a dim set at run time
+    half: bool = False                     # a float16 weight behind DEQUANTIZE in the file it was read from
 
 
 @dataclass

@@ -14,8 +14,6 @@ from tests.clirun import run_cli
 
 pytest.importorskip("ai_edge_litert")
 
-RNG = np.random.default_rng(3)
-
 
 def _float_tflite(tmp_path, fp16: bool = False):
     """A small CNN converted from ONNX (our converter), optionally with float16 weights behind
@@ -24,7 +22,8 @@ def _float_tflite(tmp_path, fp16: bool = False):
     from sdk.targets.tflite.reader import read_tflite
     from sdk.targets.tflite.tflgraph import TFLOp, write_flatbuffer
 
-    w = lambda *s: (RNG.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    r = np.random.default_rng(3)      # the same net whichever tests ran before
+    w = lambda *s: (r.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
     inits = {"w1": w(8, 3, 3, 3), "b1": w(8), "dw": w(8, 1, 3, 3), "w2": w(6, 8, 1, 1), "b2": w(6),
              "wf": w(4, 6), "bf": w(4)}
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
@@ -136,6 +135,26 @@ def test_exclude_keeps_the_named_ops_float_and_a_wrong_name_is_one_error(tmp_pat
                                "--exclude", "no_such_layer"], capsys)
     assert code == 2 and "--exclude 'no_such_layer' names no op output of this .tflite" in stderr
     assert "Traceback" not in stderr and not (tmp_path / "r.tflite").exists()
+
+
+def test_layers_kept_float_keep_the_float16_weights_of_the_source(tmp_path):
+    """A float16 source (weights behind DEQUANTIZE): a layer kept in float reads its weight as the
+    source stored it, float16 behind one DEQUANTIZE, not as the reader's float32 copy; the int8
+    layers' weights are int8 from the same values."""
+    src = _float_tflite(tmp_path, fp16=True)
+    full = quantize(src, _feeds(8, 0), guard=False, speed_check=False)
+    conv = next(n for n, p in full.report["layer_precision"].items() if p["precision"] == "int8" and n != "x")
+    out = tmp_path / "q.tflite"
+    res = quantize(src, _feeds(8, 0), output=out, guard=False, speed_check=False, exclude=[conv])
+    assert res.report["tflite"]["float16_weights"] >= 1
+    it = _interp(out)
+    tensors = {t["index"]: t for t in it.get_tensor_details()}
+    by_out = {tensors[op["outputs"][0]]["name"]: op for op in it._get_ops_details()}
+    producer = {o: op for op in it._get_ops_details() for o in op["outputs"]}
+    w = by_out[conv]["inputs"][1]
+    assert producer[w]["op_name"] == "DEQUANTIZE" and tensors[producer[w]["inputs"][0]]["dtype"] == np.float16
+    ref, got = _run(src, _feeds(1, 3)[0]), _run(out, _feeds(1, 3)[0])
+    assert float(ref.ravel() @ got.ravel() / (np.linalg.norm(ref) * np.linalg.norm(got))) > 0.98
 
 
 def test_cli_quantize_tflite_and_int8_io(tmp_path, capsys):
