@@ -636,6 +636,11 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = (), int16: Any = (
     if ops_float > kept:
         notes.append(f"{ops_float - kept} ops stay float ({', '.join(floats)}): no int8 kernel or kept in float "
                      "by the plan")
+    if blocks:
+        notes.append(f"{blocks} TRANSPOSE_CONV with kernel = stride written as CONV_2D 1x1 + DEPTH_TO_SPACE (the same "
+                     "sums; XNNPACK runs these faster)")
+    if halves:
+        notes.append(f"{halves} weights of layers kept float stored float16, as the source had them")
     if hybrid:
         notes.append(f"{hybrid} FULLY_CONNECTED of recurrent layers (LSTM) read int8 per-channel weights with float "
                      "activations (TFLite's dynamic-range form, FULLY_CONNECTED v12): the calibration has no "
