@@ -486,9 +486,9 @@ def transpose_conv_blocks(lw: Any, skip: Any = (), floats: Any = ()) -> Tuple[in
     the same sums. XNNPACK's int8 TRANSPOSE_CONV took 77 ms where LiteRT's builtin kernel took 10 ms
     and these two ops 4-6 ms, on ppocr-v4-det's last upsampling (24 -> 1 channels, 368 -> 736, 1
     thread); in float, 12.8 -> 3.6 ms (and 96 -> 24 channels at 184: 31.6 -> 15.8 ms), so float
-    conversions take it too. The CONV_2D keeps the fused activation (it commutes with DEPTH_TO_SPACE), its output the
-    TRANSPOSE_CONV output's quantization, and its weights the per-channel scales of the original
-    ones, tiled (``lw.weight_scales``), so a QDQ model's int8 weights come back exactly.
+    conversions take it too. The CONV_2D keeps the fused activation (it commutes with DEPTH_TO_SPACE),
+    its output the TRANSPOSE_CONV output's quantization, and its weights the per-channel scales of the
+    original ones, tiled (``lw.weight_scales``), so a QDQ model's int8 weights come back exactly.
 
     ``skip``: output names of TRANSPOSE_CONVs left as they are (16x8 ones: LiteRT has no int16
     DEPTH_TO_SPACE); ``floats``: those that stay float (the float form is faster too). Returns how
@@ -540,7 +540,8 @@ def float16_weights_back(g: TFLGraph) -> int:
     """The constants a float op reads that were float16 behind DEQUANTIZE in the source file (the
     reader folds them to float32: ``TFLTensor.half``) stored float16 again, each behind one
     DEQUANTIZE, as the source had them: a MediaPipe model's layers kept float keep its file's size
-    (mp-hand-landmark's INT8 file was 5.77 MB, its float16 source 5.48 MB, with 29 layers float).
+    (mp-hand-landmark's INT8 file was 5.77 MB, its float16 source 5.48 MB, with 29 layers float;
+    now 3.99 MB).
     XNNPACK unpacks such weights once, at load. Returns how many constants."""
     readers: Dict[int, List[Tuple[TFLOp, int]]] = {}
     for op in g.ops:
