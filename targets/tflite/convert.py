@@ -52,11 +52,10 @@ def _metadata(lw: Any, source_sha256: str, extra: Mapping[str, Any]) -> bytes:
 def _holds(lw: Any, t: Any) -> bool:
     """Tensor ``t`` holds its ONNX value (in layout ``t.perm``), not only its quantization: a 1-D conv's
     ``[N, 1, L, C]`` copy or a ConvTranspose's blocks before DEPTH_TO_SPACE are left out of the map."""
+    from .onnx_lower import _stored
+
     shape = lw.p.shapes.get(t.onnx)
-    if shape is None:
-        return True
-    stored = tuple(shape) if not t.perm else tuple(shape[i] for i in t.perm)
-    return tuple(t.shape) == stored
+    return shape is None or tuple(t.shape) == _stored(shape, t.perm)
 
 
 def onnx_to_tflite_bytes(proto: Any, input_shapes: Optional[Mapping[str, Sequence[int]]] = None, *,

@@ -558,9 +558,7 @@ def float16_weights_back(g: TFLGraph) -> int:
         head.append(TFLOp("DEQUANTIZE", [half], [deq], source=src.onnx))
         for op, slot in uses:
             op.inputs[slot] = deq
-    g.ops = head + g.ops
-    if head:
-        g.prune()
+    g.ops = head + g.ops          # the float32 copies now read by nobody go with the caller's prune
     return len(head)
 
 
@@ -619,8 +617,8 @@ def quantize_graph(lw: Any, io: str = "float", exclude: Any = (), int16: Any = (
     p.rewrite()
     g: TFLGraph = lw.g
     hybrid = _hybrid_recurrent_fcs(lw) if io == "float" else 0
-    g.prune()
     halves = float16_weights_back(g)
+    g.prune()
     ops_int8 = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
                    any(g.tensors[o].dtype == "int8" for o in op.outputs))
     ops_float = sum(1 for op in g.ops if op.code not in ("QUANTIZE", "DEQUANTIZE") and
