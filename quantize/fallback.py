@@ -226,13 +226,20 @@ def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequen
         for name, value in got.items():
             shapes.setdefault(name, list(np.shape(value)))
         for layer, (a_name, b_name) in pairs.items():
-            a = np.asarray(got[a_name], np.float64)
-            b = np.asarray(got[b_name], np.float64)
-            if a.shape == b.shape:
-                axes = tuple(i for i in range(a.ndim) if i != 1)  # per channel where there are channels
-                noise[layer] = noise[layer] + np.sum((a - b) ** 2, axis=axes)
-                power[layer] = power[layer] + np.sum(a * a, axis=axes)
+            a, b = got[a_name], got[b_name]
+            if np.shape(a) == np.shape(b):
+                noise[layer] = noise[layer] + _channel_sums(np.asarray(a, np.float32) - np.asarray(b, np.float32))
+                power[layer] = power[layer] + _channel_sums(np.asarray(a, np.float32))
     return {k: _channel_mean(noise[k], power[k]) for k in pairs}, shapes, kept
+
+
+def _channel_sums(x: np.ndarray) -> Any:
+    """Sum of squares per channel (axis 1) where there are channels, else the total; float64 sums."""
+    if x.ndim < 2:
+        flat = x.reshape(-1)
+        return float(np.dot(flat.astype(np.float64), flat))
+    x3 = x.reshape(x.shape[0], x.shape[1], -1)
+    return np.einsum("ncx,ncx->c", x3, x3, dtype=np.float64)
 
 
 def _channel_mean(noise: Any, power: Any) -> float:

@@ -10,7 +10,7 @@ from sdk.errors import QuantizationError
 from sdk.quantize import quantize
 from sdk.quantize.accuracy import ort_session
 from sdk.quantize.calibrate import augment
-from sdk.quantize.fallback import _channel_mean, rank_layers
+from sdk.quantize.fallback import _channel_mean, _channel_sums, rank_layers
 
 
 def _feeds(path, n):
@@ -155,3 +155,13 @@ def test_search_builds_equal_a_build_from_scratch(residual_model, residual_calib
         want, _ = emit_qdq(fixed, b.scheme.plan(GraphIndex(fixed), exclude=exclude), b.ranges, b.scheme)
         assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
     assert len(b.bias_memo) == corrected          # one corrected bias per layer, made once
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 4, 6, 6)])
+def test_channel_sums_are_float64_sums_of_squares_per_channel(shape):
+    """The own-noise sums (float32 data, float64 sums, per channel on axis 1 where there is one)
+    equal the float64 sums written out."""
+    x = np.random.default_rng(0).normal(size=shape).astype(np.float32) * 1e3
+    x64 = x.astype(np.float64)
+    want = np.sum(x64 * x64, axis=tuple(i for i in range(x.ndim) if i != 1)) if x.ndim > 1 else np.sum(x64 * x64)
+    np.testing.assert_allclose(_channel_sums(x), want, rtol=1e-12)
