@@ -496,7 +496,7 @@ class Detections(Role):
         """:func:`box_map` at ``conf`` where each anchor is its own box, vectorised: a candidate anchor
         is a hit when FP32 detects that same anchor with the same class. None when FP32 finds nothing
         at ``conf`` above the lowest threshold (a higher one then judges nothing)."""
-        from ..corpus.tasks import _average_precision
+        from ..corpus.tasks import _average_precision, class_mean
 
         def best(o: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
             pred = _f64(o).reshape(-1, *np.shape(o)[-2:])
@@ -514,13 +514,13 @@ class Detections(Role):
             return (1.0 if not (c_s > conf).any() else 0.0) if conf <= self.CONF else None
         # FP32's own detections under the threshold (same anchor, same class) are ignored, as box_map's ignore
         ranked = (c_s > conf / 10) & ~((r_s > conf / 10) & ~truth & (r_c == c_c))
-        aps = []
+        aps, boxes = [], []
         for k in np.unique(r_c[truth]):
             mine = ranked & (c_c == k)
             hits = (truth & (r_c == k))[mine]
-            aps.append(_average_precision(c_s[mine], hits.astype(float), int(np.sum(truth & (r_c == k))))
-                       if mine.any() else 0.0)
-        return float(np.mean(aps))
+            boxes.append(int(np.sum(truth & (r_c == k))))
+            aps.append(_average_precision(c_s[mine], hits.astype(float), boxes[-1]) if mine.any() else 0.0)
+        return class_mean(aps, boxes)
 
     def _anchor_arrays(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> bool:
         """Each anchor its own box, compared array to array (:meth:`_anchor_map`)."""

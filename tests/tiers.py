@@ -38,6 +38,7 @@ TIERS: Dict[str, str] = {
     "nvcc": "the CUDA toolkit's nvcc (compiles the .cu kernels; no GPU needed)",
     "tmpfs": "mounting a small tmpfs for the full-disk case (root with CAP_SYS_ADMIN)",
     "arm": "the emulated aarch64 board: qemu-user-static + binfmt_misc and the rootfs of scripts/arm_rootfs.sh",
+    "x86-emulated": "qemu-user-static's qemu-x86_64 on an x86-64 host: onnxruntime run as a CPU without VNNI (apt: qemu-user-static)",
 }
 
 #: Skip reasons CI accepts: this machine has no GPU / no TensorRT libraries, or has one where the

@@ -7,6 +7,7 @@ A :class:`Task` turns photos into input feeds (:meth:`Task.sample_inputs`), deco
 Metrics: detectors — mAP at IoU 0.5 with the reference's detections as ground truth (the candidate's
 boxes ranked by score down to a tenth of the task's threshold, so a score that moves across the
 threshold costs little, and the reference's own boxes in that band ignored, neither true nor false;
+the classes' APs weighted by the reference's boxes, so one box moves it by one box's share;
 :func:`box_f1` is the hard-threshold count);
 classifier — top-1 agreement; recognizer — 1 - character error rate of the decoded string;
 segmentation — mask IoU at 0.5; landmarks — share of points within 2% of the input size.
@@ -22,7 +23,7 @@ from ..metrics import edit_distance, one_minus_error_rate
 from . import CorpusError, CorpusModel
 from . import images as im
 
-__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "decode_dfl_heads", "box_f1", "box_map",
+__all__ = ["Task", "TASKS", "register_task", "task_of", "nms", "decode_dfl_heads", "box_f1", "box_map", "class_mean",
            "edit_distance"]
 
 Feed = Dict[str, np.ndarray]
@@ -178,8 +179,9 @@ def _average_precision(scores: np.ndarray, hits: np.ndarray, n_truth: int) -> fl
 def box_map(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], iou: float = 0.5,
             ignore: Optional[Sequence[np.ndarray]] = None) -> float:
     """mAP at ``iou``: the reference's detections ``[x1, y1, x2, y2, score, class]`` are the ground
-    truth, the candidate's are ranked by score; the mean over the classes the reference finds.
-    1.0 when neither finds anything, 0.0 when only the candidate does. ``ignore``: per sample, the
+    truth, the candidate's are ranked by score; the mean over the classes the reference finds, each
+    class weighted by its reference boxes (:func:`class_mean`). 1.0 when neither finds anything, 0.0
+    when only the candidate does. ``ignore``: per sample, the
     reference's detections under its threshold (see :func:`_match`)."""
     ign = list(ignore) if ignore is not None else [None] * len(reference)
     return map_of_matches(reference, [_match(ref, cand, iou, i) for ref, cand, i in zip(reference, candidate, ign)])
@@ -190,13 +192,22 @@ def map_of_matches(reference: Sequence[np.ndarray], matched: Sequence[Tuple[np.n
     classes = sorted({int(c) for r in reference for c in r[:, 5]})
     if not classes:
         return 1.0 if all(len(c) == 0 for c, _ in matched) else 0.0
-    aps = []
+    aps, boxes = [], []
     for k in classes:
         n_truth = sum(int(np.sum(ref[:, 5] == k)) for ref in reference if len(ref))
         scores = np.concatenate([c[c[:, 5] == k, 4] for c, _ in matched if len(c)] or [np.zeros(0)])
         hits = np.concatenate([h[c[:, 5] == k] for c, h in matched if len(c)] or [np.zeros(0, bool)])
         aps.append(_average_precision(scores, hits.astype(float), n_truth) if len(scores) else 0.0)
-    return float(np.mean(aps))
+        boxes.append(n_truth)
+    return class_mean(aps, boxes)
+
+
+def class_mean(aps: Sequence[float], boxes: Sequence[int]) -> float:
+    """The classes' APs averaged with each class weighted by its reference boxes: every reference box
+    weighs the same. A plain class mean swings on a class the reference finds once or twice: on 24
+    layout pages (147 FP32 boxes, seven classes) an INT8 file that found 146 of them, the one missed
+    being a class's only box, read 0.856 as a plain mean and 0.992 weighted."""
+    return float(np.average(np.asarray(aps, np.float64), weights=np.asarray(boxes, np.float64)))
 
 
 class _Detector(Task):

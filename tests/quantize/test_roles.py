@@ -487,10 +487,10 @@ def test_detector_heads_are_one_role_placed_on_the_input_grid():
 
 
 def test_detections_are_judged_at_each_common_score_threshold():
-    """A reader keeps boxes at its own threshold, which the arrays do not say: 19 of 20 boxes of a
-    class at 0.3 found and the only one above 0.4 (score 0.6) lost reads mAP 0.975 at 0.25, 0.0 at
-    0.4 and 0.5; the role counts the lowest (layout-cdla's INT8 .tflite: 0.991 at 0.25, its own
-    threshold 0.4 reads 0.916)."""
+    """A reader keeps boxes at its own threshold, which the arrays do not say: 39 of 40 boxes of a
+    class at 0.3 found and the only one above 0.4 (score 0.6) lost reads mAP 40/41 at 0.25 (class 0's
+    AP 39/40 over 40 boxes, class 1's 1.0 over one), 0.0 at 0.4 and 0.5; the role counts the lowest
+    (layout-cdla's INT8 .tflite, as a plain class mean: 0.991 at 0.25, its own threshold 0.4 reads 0.916)."""
     def head(scores):        # [1, A, 4 + 2]: pixel boxes on a row, class 0 or 1
         a = np.zeros((1, len(scores), 6), np.float32)
         for i, (cls, s) in enumerate(scores):
@@ -498,13 +498,13 @@ def test_detections_are_judged_at_each_common_score_threshold():
             a[0, i, 4 + cls] = s
         return a
 
-    ref = [head([(0, 0.3)] * 19 + [(0, 0.6), (1, 0.3)])]
-    lost = [head([(0, 0.3)] * 19 + [(0, 0.01), (1, 0.3)])]
+    ref = [head([(0, 0.3)] * 39 + [(0, 0.6), (1, 0.3)])]
+    lost = [head([(0, 0.3)] * 39 + [(0, 0.01), (1, 0.3)])]
     role = get_role("detections", layout="anchors", boxes="xywh")
     assert role.THRESHOLDS == (0.25, 0.4, 0.5) and role.score(ref, ref) == 1.0
     assert role.score(ref, lost) == 0.0 < role.min_score
     role.THRESHOLDS = (0.25,)                        # the one threshold the role used to judge at
-    assert role.score(ref, lost) == pytest.approx((19 / 20 + 1) / 2) and 0.975 >= role.min_score
+    assert role.score(ref, lost) == pytest.approx((40 * 39 / 40 + 1) / 41) and 40 / 41 >= role.min_score
     n, score_of = get_role("detections", layout="anchors", boxes="xywh").resampler(ref * 3, lost * 3)
     assert n == 3 and score_of(np.array([0, 1, 2])) == 0.0
 

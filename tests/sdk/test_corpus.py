@@ -153,3 +153,12 @@ def test_sets_of_different_seeds_share_no_input(fetched, name):
     calib = keys(0, 40)
     for seed in (1, 2, 7):
         assert not calib & keys(seed, 16), seed
+
+
+def test_box_map_weighs_each_reference_box_the_same():
+    """A class the reference finds once moves the mean by one box's share: 30 boxes of class 0 found,
+    the one box of class 1 missed reads 30/31, not the plain class mean's 0.5."""
+    ref = [np.array([[10 * i, 0, 10 * i + 8, 8, 0.9, 0] for i in range(30)] + [[0, 50, 8, 58, 0.9, 1]], np.float32)]
+    assert tasks.box_map(ref, [ref[0][:30]]) == pytest.approx(30 / 31)
+    assert tasks.class_mean([1.0, 0.0], [30, 1]) == pytest.approx(30 / 31)
+    assert tasks.class_mean([0.5, 1.0], [1, 1]) == pytest.approx(0.75)
