@@ -115,9 +115,10 @@ class Evaluation(dict):
 def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any], keep_pairs: bool = False) -> None:
     """Each role-judged output of ``result`` (an :class:`Evaluation`) gets ``role_interval``, the
     range its score would likely fall in on other samples like these (:meth:`Role.interval`), and
-    ``role_established``: whether even its low end keeps the role's bound (few held-out samples
-    often cannot: 16 of 16 rows agreeing cannot establish a top-1 agreement of 0.99). The arrays
-    are dropped after, unless ``keep_pairs``."""
+    ``role_interval_keeps``: whether even its low end keeps the role's bound (few held-out samples
+    often cannot: 16 of 16 rows agreeing cannot establish a top-1 agreement of 0.99), and
+    ``role_established``: that, on at least the role's ``min_samples`` (else ``role_min_samples``
+    says how many). The arrays are dropped after, unless ``keep_pairs``."""
     from .roles import INTERVAL_LEVEL
 
     pairs = getattr(result, "pairs", {})
@@ -126,8 +127,12 @@ def add_intervals(result: Mapping[str, Any], roles: Mapping[str, Any], keep_pair
         if row is None or "role_score" not in row or k not in pairs or "role_interval" in row:
             continue      # not judged by its role, or its interval found already (the margin search asks again)
         lo, hi = role.interval(*pairs[k])
+        keeps = bool(lo >= row["role_min"])
+        few = result.get("samples", 0) < role.min_samples
         row.update({"role_interval": [lo, hi], "role_interval_level": INTERVAL_LEVEL,
-                    "role_established": bool(lo >= row["role_min"])})
+                    "role_interval_keeps": keeps, "role_established": keeps and not few})
+        if few:
+            row["role_min_samples"] = role.min_samples
         counted = role.units(*pairs[k])
         if counted is not None:      # a share of units: how many would establish it (:func:`units_to_establish`)
             row["role_units"] = [int(counted[0]), int(counted[1])]
@@ -156,7 +161,7 @@ def established(result: Mapping[str, Any], roles: Mapping[str, Any]) -> bool:
     added to ``result``'s rows, its arrays kept): a budget that holds with a margin for the
     samples it was checked on, not only on them."""
     add_intervals(result, roles, keep_pairs=True)
-    return all(o.get("role_established", True) for o in result["outputs"].values())
+    return all(o.get("role_interval_keeps", True) for o in result["outputs"].values())
 
 
 def units_to_establish(share: float, bound: float, level: float) -> Optional[int]:
@@ -178,10 +183,11 @@ def units_to_establish(share: float, bound: float, level: float) -> Optional[int
 
 def _samples_to_establish(row: Mapping[str, Any], samples: int) -> Optional[int]:
     """About how many samples like these would establish ``row``'s bound: the units it needs
-    (:func:`units_to_establish`) at the units per sample these gave; None for a pooled score."""
+    (:func:`units_to_establish`) at the units per sample these gave; for a pooled score, the role's
+    ``min_samples`` where these were fewer, else None."""
     units = row.get("role_units")
     if not units or not units[1] or not samples:
-        return None
+        return row.get("role_min_samples")
     need = units_to_establish(units[0] / units[1], row["role_min"], row["role_interval_level"])
     return None if need is None else math.ceil(need * samples / units[1])
 
@@ -198,8 +204,10 @@ def not_established(result: Mapping[str, Any], eval_given: bool) -> Optional[str
     if not weak:
         return None
     what = "; ".join(f"{k}: {o['role_metric'].split(' (')[0]} {o['role_score']:.4f}, "
-                     f"{100 * o['role_interval_level']:.0f}% interval {o['role_interval'][0]:.4f}-"
-                     f"{o['role_interval'][1]:.4f} below its bound {o['role_min']:g}" for k, o in weak)
+                     + (f"{100 * o['role_interval_level']:.0f}% interval {o['role_interval'][0]:.4f}-"
+                        f"{o['role_interval'][1]:.4f} below its bound {o['role_min']:g}" if not o.get("role_interval_keeps", False)
+                        else f"an interval over fewer than the {o['role_min_samples']} samples it needs")
+                     for k, o in weak)
     n = result["samples"]
     sized = [_samples_to_establish(o, n) for _, o in weak]
     need = max(x for x in sized if x is not None) if sized and None not in sized else None

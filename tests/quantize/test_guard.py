@@ -197,3 +197,34 @@ def test_units_to_establish_is_the_fewest_that_put_wilsons_low_end_at_the_bound(
     row = {"role_units": [51, 51], "role_min": 0.99, "role_interval_level": 0.9}   # 8 lines, 51 characters
     assert _samples_to_establish(row, 8) == 43          # ceil(268 * 8 / 51)
     assert _samples_to_establish({"role_min": 0.95, "role_interval_level": 0.9}, 8) is None   # a pooled score
+
+
+def test_a_detection_score_on_fewer_than_16_samples_is_not_established():
+    """A detection mAP's bootstrap over 8 images cannot see the kinds of image they lack (layout-cdla's
+    INT8 .tflite: 0.989 on 8 held-out pages, 0.922-0.947 on unseen sets): its interval still steers the
+    fallback's margin, but the budget is not called established, and the warning says how many would do."""
+    from sdk.quantize.accuracy import Evaluation, add_intervals, established, not_established
+    from sdk.quantize.roles import get_role
+
+    def head(shift):        # [1, A, 4 + 1]: 3 pixel boxes, the candidate's moved by ``shift`` px
+        a = np.zeros((1, 3, 5), np.float32)
+        for i in range(3):
+            a[0, i, :5] = [40 + 60 * i + shift, 40, 30, 30, 0.9]
+        return a
+
+    role = get_role("detections", layout="anchors", boxes="xywh")
+    for n, claimed in ((8, False), (16, True)):
+        res = Evaluation(samples=n, outputs={"out": {"role_score": 1.0, "role_min": role.min_score,
+                                                     "role_metric": role.metric}})
+        res.pairs = {"out": ([head(0)] * n, [head(1)] * n)}
+        add_intervals(res, {"out": role}, keep_pairs=True)
+        row = res["outputs"]["out"]
+        assert row["role_interval_keeps"] is True and established(res, {"out": role})   # the margin search's view
+        assert row["role_established"] is claimed
+        said = not_established(res, eval_given=False)
+        if claimed:
+            assert said is None and "role_min_samples" not in row
+        else:
+            assert row["role_min_samples"] == 16 and "fewer than the 16 samples it needs" in said, said
+            assert said.endswith("give more calibration data (about 80 samples like these: 16 held out), "
+                                 "or --eval with more samples"), said
