@@ -226,10 +226,10 @@ def _pair_errors(side: Any, pairs: Mapping[str, Tuple[str, str]], expose: Sequen
         for name, value in got.items():
             shapes.setdefault(name, list(np.shape(value)))
         for layer, (a_name, b_name) in pairs.items():
-            a, b = got[a_name], got[b_name]
-            if np.shape(a) == np.shape(b):
-                noise[layer] = noise[layer] + _channel_sums(np.asarray(a, np.float32) - np.asarray(b, np.float32))
-                power[layer] = power[layer] + _channel_sums(np.asarray(a, np.float32))
+            a, b = np.asarray(got[a_name], np.float32), np.asarray(got[b_name], np.float32)
+            if a.shape == b.shape:
+                noise[layer] = noise[layer] + _channel_sums(a - b)
+                power[layer] = power[layer] + _channel_sums(a)
     return {k: _channel_mean(noise[k], power[k]) for k in pairs}, shapes, kept
 
 

@@ -522,10 +522,9 @@ class Detections(Role):
         ranked = (c_s > conf / 10) & ~((r_s > conf / 10) & ~truth & (r_c == c_c))
         aps, boxes = [], []
         for k in np.unique(r_c[truth]):
-            mine = ranked & (c_c == k)
-            hits = (truth & (r_c == k))[mine]
-            boxes.append(int(np.sum(truth & (r_c == k))))
-            aps.append(_average_precision(c_s[mine], hits.astype(float), boxes[-1]) if mine.any() else 0.0)
+            mine, truth_k = ranked & (c_c == k), truth & (r_c == k)
+            boxes.append(int(np.sum(truth_k)))
+            aps.append(_average_precision(c_s[mine], truth_k[mine].astype(float), boxes[-1]) if mine.any() else 0.0)
         return class_mean(aps, boxes)
 
     def _anchor_arrays(self, reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> bool:
