@@ -211,7 +211,7 @@ def class_mean(aps: Sequence[float], boxes: Sequence[int]) -> float:
 
 
 class _Detector(Task):
-    metric_name = "box mAP@0.5 vs FP32"
+    metric_name = "box mAP@0.5 vs FP32 (classes weighted by FP32's boxes)"
     conf: float  # the detection threshold, set by each detector
 
     def decode(self, outputs: Outputs, conf: Optional[float] = None) -> np.ndarray:
