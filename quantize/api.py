@@ -478,7 +478,11 @@ class _Run:
         from ..model import Model
 
         m = model if isinstance(model, Model) else Model.load(model)
+        given = m
         m, specialized = self._resolve_control_flow(m)
+        #: the FP32 model ``sdk bench`` of the user's file times (None: the written model is for given
+        #: input values, so the source is not its FP32 counterpart)
+        self.source_fp32 = given if specialized is None else None
         self.prepared, self.notes = _prepare(m, self.cfg.input_shapes, type(self.scheme).hardswish_op)
         if specialized is not None:
             self.notes["specialized"] = specialized
@@ -908,8 +912,9 @@ class _Run:
         # the written model timed against FP32 once more, interleaved, as `sdk bench` opens them (same
         # provider, session options, threads, shapes): the figures the report and the verdict give
         threads = self.cfg.speed_threads
-        rounds = latency_rounds([self.prepared.proto, self.qproto], self._first_feed(), rounds=9, round_s=0.1,
-                                threads=threads)
+        fp32, fp32_is, rewritten = self._fp32_as_benched(threads)
+        timed = [fp32, self.qproto] + ([self.prepared.proto] if rewritten else [])
+        rounds = latency_rounds(timed, self._first_feed(), rounds=9, round_s=0.1, threads=threads)
         fp32_ms, int8_ms = float(np.median(rounds[0])), float(np.median(rounds[1]))
         speedup = paired_speedup(rounds)     # the verdict's figure: each round's ratio, then the median
         search = getattr(self, "speed_search", None)
@@ -917,15 +922,40 @@ class _Run:
         self.latency = {"runtime": "onnxruntime CPU (this host)", "provider": PROVIDER,
                         "graph_optimization": GRAPH_OPTIMIZATION,
                         "threads": threads if threads else f"onnxruntime default ({os.cpu_count()} logical cores)",
-                        "input_shapes": shapes, "rounds": len(rounds[0]),
+                        "input_shapes": shapes, "rounds": len(rounds[0]), "fp32_model": fp32_is,
                         "fp32_ms": round(fp32_ms, 3), "int8_ms": round(int8_ms, 3),
                         "speedup": round(speedup, 3) if speedup else None,
                         "speedup_ci95": speedup_interval(rounds),
                         "bench_command": bench_command("MODEL.onnx", threads, shapes),
                         "search": search}
+        if rewritten:        # what INT8 adds over the quantizer's exact float rewrites alone
+            vs = paired_speedup([rounds[2], rounds[1]])
+            self.latency.update({"rewritten_fp32_ms": round(float(np.median(rounds[2])), 3),
+                                 "speedup_vs_rewritten_fp32": round(vs, 3) if vs else None,
+                                 "float_rewrites": rewritten})
         if self.qplan.layers and speedup and speedup * (1.0 + SLOWER_TOLERANCE) < 1.0 and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
                                  "; pass --allow-slower to accept it")
+
+    def _fp32_as_benched(self, threads: Optional[int]) -> Tuple[Any, str, Optional[str]]:
+        """The FP32 side of the final timing: the user's model as given, opened as ``sdk bench`` opens
+        it (so the speedup is the one bench reads of the two files), with what the quantizer's exact
+        float rewrites changed (None: nothing that runs differently); the prepared FP32 where the
+        source is not the written model's counterpart (input values decided an If) or does not open."""
+        from .speed import session
+
+        src = self.source_fp32
+        if src is None:
+            return self.prepared.proto, "the prepared FP32 graph (the written model is for the given input values)", None
+        try:
+            sess = session(src.proto, threads)
+        except Exception as exc:    # noqa: BLE001 - the runtime's own error, said in the report
+            return self.prepared.proto, f"the prepared FP32 graph (the source does not open in onnxruntime: {exc})", None
+        notes, cfg = self.notes, self.cfg
+        changed = [f"{k} x{v}" for k, v in (notes.get("float_rewrites") or {}).items()]
+        changed += [f"opset {notes['opset_in']} -> {notes['opset_upgraded_to']}"] if notes.get("opset_upgraded_to") else []
+        changed += ["input shapes fixed"] if cfg.input_shapes and not notes.get("input_shapes_not_fixed") else []
+        return sess, "the source model as given (as sdk bench opens it)", "; ".join(changed) or None
 
     def _finish_latency_tflite(self) -> None:
         """``-o m.tflite`` (float I/O): the file written timed against the float ``.tflite`` the

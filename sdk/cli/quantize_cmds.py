@@ -200,7 +200,7 @@ def _print_rewrites(c: Any, rewrites: Dict[str, int]) -> None:
             "conv_transpose_folded": "ConvTransposes took the bias/BatchNorm/per-channel ops after them",
             "affine_folded_forward": "scalar affines folded into the unpadded conv after"}
     if rewrites:
-        c.print("float graph rewritten (exact; FP32 is timed and judged with it): "
+        c.print("float graph rewritten (exact; FP32 is judged with it, INT8 timed against it and the model as given): "
                 + ", ".join(f"{n} {what.get(k, k)}" for k, n in rewrites.items()))
 
 
@@ -271,7 +271,9 @@ def _print_report(rep: Dict[str, Any], report: Optional[str]) -> None:
         ci = lat.get("speedup_ci95")
         c.print(f"latency on this host ({lat['runtime']}, threads {lat.get('threads')}, shapes {lat['input_shapes']}): "
                 f"FP32 {lat['fp32_ms']:.2f} ms, INT8 {lat['int8_ms']:.2f} ms ({lat['speedup']:.2f}x"
-                + (f", 95% interval {ci[0]:.2f}-{ci[1]:.2f}x" if ci else "") + ")", markup=False, highlight=False)
+                + (f", 95% interval {ci[0]:.2f}-{ci[1]:.2f}x" if ci else "") + ")"
+                + (f"; the rewritten FP32 {lat['rewritten_fp32_ms']:.2f} ms ({lat['speedup_vs_rewritten_fp32']:.2f}x)"
+                   if lat.get("speedup_vs_rewritten_fp32") else ""), markup=False, highlight=False)
     for kind, path in rep.get("outputs", {}).items():
         c.print(f"wrote {kind}: {path}")
     if report:

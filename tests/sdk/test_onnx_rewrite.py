@@ -244,7 +244,7 @@ def test_quantize_reports_and_says_the_rewrites(tmp_path, capsys):
                             "--no-speed-check", "--report", str(tmp_path / "r.json")], capsys)
     assert rc == 0, err
     text = " ".join(out.split())
-    assert "float graph rewritten (exact; FP32 is timed and judged with it): 1 scalar affines folded into the " \
+    assert "float graph rewritten (exact; FP32 is judged with it, INT8 timed against it and the model as given): 1 scalar affines folded into the " \
            "layer before, 1 written-out hard-swish as x*HardSigmoid(x), 1 scalar affines folded into the " \
            "unpadded conv after" in text, out
     import json
