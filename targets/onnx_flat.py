@@ -10,8 +10,13 @@ shapes, the given values; both without graph optimizations; max abs difference a
 :class:`ConversionError` says which output differed and by how much. The output no longer takes
 the valued inputs, and its inputs have the given shapes.
 
-Options (``--option KEY=VALUE``): ``tolerance`` (float, default 1e-6), ``max_elements`` (the
-largest tensor the pass evaluates, default 64).
+Options (``--option KEY=VALUE``): ``tolerance`` (float, default 1e-6; 1e-4 with
+``float_rewrites``), ``max_elements`` (the largest tensor the pass evaluates, default 64),
+``float_rewrites=true``: constants folded, then the quantizer's exact float rewrites
+(:mod:`sdk.formats.onnx_rewrite`: scalar affines folded into convs, hard-swishes as
+``x * HardSigmoid(x)``, ConvTranspose biases), the FP32 graph ``sdk quantize`` times INT8 against
+(``report.latency.rewritten_fp32_ms``): a float file where INT8 does not pay over it. The same
+check applies; folding changes float rounding, hence the wider default tolerance.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from .convert import ConvertOptions, ConvertResult
 
 __all__ = ["convert_to_onnx", "specialize_checked", "specialization_notes"]
 
-_OPTIONS = ("tolerance", "max_elements")
+_OPTIONS = ("tolerance", "max_elements", "float_rewrites")
 
 
 def _float_option(options: ConvertOptions, key: str, default: float) -> float:
@@ -35,6 +40,13 @@ def _float_option(options: ConvertOptions, key: str, default: float) -> float:
     if value < 0:
         raise InputError(f"bad --option {key}={raw}", f"{key} is not negative")
     return value
+
+
+def _bool_option(options: ConvertOptions, key: str) -> bool:
+    raw = str(options.extra.get(key, "false")).lower()
+    if raw not in ("true", "false", "1", "0", "yes", "no"):
+        raise InputError(f"bad --option {key}={raw}", f"{key} is true or false")
+    return raw in ("true", "1", "yes")
 
 
 def _outputs_agree(original: Any, special: Any, feed: Dict[str, Any], tolerance: float) -> List[str]:
@@ -78,11 +90,13 @@ def _outputs_agree(original: Any, special: Any, feed: Dict[str, Any], tolerance:
 
 
 def specialize_checked(model: Any, values: Dict[str, Any], shapes: Dict[str, List[int]], *,
-                       tolerance: float = 1e-6, max_elements: int = 64) -> Tuple[Any, List[str]]:
+                       tolerance: float = 1e-6, max_elements: int = 64,
+                       float_rewrites: bool = False) -> Tuple[Any, List[str]]:
     """``model`` (an ONNX :class:`~sdk.model.Model`) specialized for input ``values`` and
-    ``shapes``, passed through ``onnx.checker`` (full) and checked against the original on ONNX
-    Runtime (module docstring): ``(Specialization, check lines)``; :class:`ConversionError` when
-    either check fails."""
+    ``shapes`` (then, with ``float_rewrites``, constants folded and the exact float rewrites made:
+    ``spec.rewrites`` counts them), passed through ``onnx.checker`` (full) and checked against the
+    original on ONNX Runtime (module docstring): ``(Specialization, check lines)``;
+    :class:`ConversionError` when either check fails."""
     import onnx
 
     from ..data import random_feed
@@ -90,6 +104,11 @@ def specialize_checked(model: Any, values: Dict[str, Any], shapes: Dict[str, Lis
 
     shaped = model.with_input_shapes(shapes) if shapes else model
     spec = specialize(model.proto, values, {k: list(v) for k, v in shapes.items()}, max_elements=max_elements)
+    if float_rewrites:
+        from ..formats.onnx_rewrite import simplify
+
+        folded = model.derive(spec.proto).fold_constants()
+        spec.proto, spec.rewrites = simplify(folded.proto)
     try:
         onnx.checker.check_model(spec.proto, full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker's own exception types vary by version
@@ -117,16 +136,20 @@ def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> Conv
 
     options.check(".onnx", _OPTIONS, ("this writes the model specialized, in its own precision",
                                       "quantize it after: sdk quantize flat.onnx --calib DATA"))
-    tolerance = _float_option(options, "tolerance", 1e-6)
+    rewrite = _bool_option(options, "float_rewrites")
+    tolerance = _float_option(options, "tolerance", 1e-4 if rewrite else 1e-6)
     cap = int(_float_option(options, "max_elements", 64))
     model = Model.load(source)
     if model.format != "onnx":
         raise InputError(f"'{source}' is a {model.format} model: .onnx is written from ONNX models")
     values = as_values(options.input_values, model.inputs)
     spec, check = specialize_checked(model, values, {k: list(v) for k, v in options.input_shapes.items()},
-                                     tolerance=tolerance, max_elements=cap)
+                                     tolerance=tolerance, max_elements=cap, float_rewrites=rewrite)
     atomic_write(output, spec.proto.SerializeToString())
     notes = specialization_notes(spec, values)
+    if rewrite:
+        notes.append("float rewrites (exact): " + (", ".join(f"{k} x{n}" for k, n in spec.rewrites.items())
+                                                   or "none applies to this model"))
     notes.append("outputs checked against the original on onnxruntime (seeded random data, the given values, "
                  "no graph optimizations): "
                  + "; ".join(check))

@@ -96,6 +96,8 @@ class Specialization:
     shapes: Dict[str, List[int]] = field(default_factory=dict)  # input shapes fixed
     folded: int = 0                                             # tensors made initializers
     passes: int = 0
+    #: the exact float rewrites made after (``sdk convert -o m.onnx --option float_rewrites=true``)
+    rewrites: Dict[str, int] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -106,7 +108,8 @@ class Specialization:
         return {"resolved": [r.to_dict() for r in self.resolved],
                 "unresolved": [u.to_dict() for u in self.unresolved],
                 "values": {k: np.asarray(v).tolist() for k, v in self.values.items()},
-                "shapes": {k: list(v) for k, v in self.shapes.items()}, "folded": self.folded}
+                "shapes": {k: list(v) for k, v in self.shapes.items()}, "folded": self.folded,
+                "float_rewrites": dict(self.rewrites)}
 
     def notes(self) -> List[str]:
         return [r.note() for r in self.resolved]

@@ -62,11 +62,14 @@ def test_speed_check_and_bench_agree_on_the_written_model(name, tmp_path):
     pytest.fail(f"the quantizer's and bench's INT8/FP32 intervals disagree in all {ATTEMPTS} attempts: {seen}")
 
 
-def test_int8_is_timed_against_the_model_as_given_and_the_rewritten_fp32(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("rewritten_ms,warned", [(2.5, False), (1.9, True)])
+def test_int8_is_timed_against_the_model_as_given_and_the_rewritten_fp32(tmp_path, monkeypatch, capsys,
+                                                                        rewritten_ms, warned):
     """The final timing's FP32 is the user's file as ``sdk bench`` opens it, not the graph the float
     rewrites made (a PP-LCNetV3 block: 2 affines folded, 1 hard-swish fused); the rewritten FP32 is
     timed beside them and reported as what INT8 adds. Constructed timings: source 3 ms, INT8 2 ms,
-    rewritten 2.5 ms."""
+    rewritten 2.5 ms (1.25x), or 1.9 ms: INT8 5% slower than the rewritten FP32, beyond the 3%
+    tolerance, is said (the verdict, against the model as given, still passes)."""
     import json
 
     import numpy as np
@@ -91,7 +94,7 @@ def test_int8_is_timed_against_the_model_as_given_and_the_rewritten_fp32(tmp_pat
         n = kw.get("rounds", 7)
         timed.append(models)
         if len(models) == 3 and hasattr(models[0], "run"):      # the final timing: source, INT8, rewritten
-            return [[3.0] * n, [2.0] * n, [2.5] * n]
+            return [[3.0] * n, [2.0] * n, [rewritten_ms] * n]
         return [[3.0] * n] + [[2.0] * n for _ in models[1:]]
 
     monkeypatch.setattr(speed, "session", session)
@@ -105,9 +108,13 @@ def test_int8_is_timed_against_the_model_as_given_and_the_rewritten_fp32(tmp_pat
     assert len(final) == 3 and len(final[2].graph.node) < len(src.graph.node)   # the rewritten FP32 third
     lat = json.loads((tmp_path / "r.json").read_text())["latency"]
     assert lat["fp32_model"].startswith("the source model as given") and lat["fp32_ms"] == 3.0
-    assert lat["speedup"] == 1.5 and lat["speedup_vs_rewritten_fp32"] == 1.25 and lat["rewritten_fp32_ms"] == 2.5
+    assert lat["speedup"] == 1.5 and lat["rewritten_fp32_ms"] == rewritten_ms
+    assert lat["speedup_vs_rewritten_fp32"] == round(rewritten_ms / 2.0, 3)
     assert "affine_folded x1" in lat["float_rewrites"] and "hardswish_fused x1" in lat["float_rewrites"]
-    assert "the rewritten FP32 2.50 ms (1.25x)" in " ".join(out.split()), out
+    text = " ".join((out + err).split())
+    assert f"the rewritten FP32 {rewritten_ms:.2f} ms ({rewritten_ms / 2.0:.2f}x)" in text, out
+    assert ("INT8 is slower on this host than the FP32 graph after the exact float rewrites (2.00 vs 1.90 ms"
+            in text) == warned, text
 
 
 def test_a_model_without_rewrites_is_timed_as_given_only(tmp_path, monkeypatch):
@@ -128,3 +135,32 @@ def test_a_model_without_rewrites_is_timed_as_given_only(tmp_path, monkeypatch):
     lat = res.report["latency"]
     assert timed[-1] == 2 and "rewritten_fp32_ms" not in lat and lat["fp32_model"].startswith("the source model")
     assert lat["speedup"] == 1.5
+
+
+class _Session:
+    """A stand-in session that runs 2 ms, except its first run after the other session ran (that
+    session's threads still spinning: 100 ms) and every third run (the host's spikes: 100 ms)."""
+
+    last = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def run(self, names, feed):
+        import time
+
+        self.calls += 1
+        slow = _Session.last is not self or self.calls % 3 == 0
+        _Session.last = self
+        time.sleep(0.1 if slow else 0.002)
+
+
+def test_each_round_is_the_median_of_its_runs_after_an_untimed_one():
+    """As bench's p50 times a session already running: neither the first run after a switch of
+    sessions nor a spike moves a round's figure (a mean of 2 ms runs with them would read 34+ ms)."""
+    from sdk.quantize.speed import latency_rounds
+
+    a, b = _Session(), _Session()
+    rounds = latency_rounds([a, b], {}, rounds=3, round_s=0.012)
+    assert len(rounds) == 2 and all(len(r) == 3 for r in rounds)
+    assert all(ms < 20.0 for r in rounds for ms in r), rounds

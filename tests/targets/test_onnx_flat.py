@@ -103,3 +103,32 @@ def test_silero_flat_model(tmp_path):
             assert float(np.max(np.abs(a - b))) <= 1e-6
     info = Model.load(out).inspect()
     assert info["macs"] == 679_552 and not info["macs_partial"]   # hand count: tests/sdk/test_specialize.py
+
+
+def test_float_rewrites_write_the_fp32_graph_the_quantizer_times(tmp_path, capsys):
+    """``--option float_rewrites=true``: ppocr-v4-rec with the quantizer's exact float rewrites (28
+    affines folded into the conv before, 28 hard-swishes as x*HardSigmoid(x), 12 affines into the
+    conv after), checked against the original before it is written; its outputs within 1e-4 on
+    corpus lines; a bad value is one error and writes nothing."""
+    from tests.sdk.test_onnx_rewrite import CORPUS_REWRITES
+
+    name = "ppocr-v4-rec"
+    src = corpus.fetch([name])[name]
+    feeds = corpus.sample_inputs(name, 2, seed=4)
+    shape = "x".join(str(d) for d in feeds[0]["x"].shape)
+    out, rec = tmp_path / "fp32.onnx", tmp_path / "rec.json"
+    code, stdout, stderr = run_cli(["convert", src, "-o", out, "--input-shape", f"x={shape}", "--option",
+                                    "float_rewrites=true", "--json", rec], capsys)
+    assert code == 0, stderr
+    assert "float rewrites (exact): affine_folded x28, hardswish_fused x28, affine_folded_forward x12" in \
+        " ".join(stdout.split())
+    assert json.loads(rec.read_text())["details"]["float_rewrites"] == CORPUS_REWRITES[name]
+    written, original = onnx.load(str(out)), onnx.load(str(src))
+    assert len(written.graph.node) < len(original.graph.node)
+    for feed in feeds:
+        for a, b in zip(_run(src, feed), _run(out, feed)):
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+    bad = tmp_path / "bad.onnx"
+    code, _, stderr = run_cli(["convert", src, "-o", bad, "--input-shape", f"x={shape}", "--option",
+                               "float_rewrites=maybe"], capsys)
+    assert code == 2 and "bad --option float_rewrites=maybe" in stderr and not bad.exists()
