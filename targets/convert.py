@@ -44,6 +44,17 @@ class ConvertOptions:
         if no_int8 is not None and self.int8:
             raise InputError(f"--int8 does not apply to {suffix}: {no_int8[0]}", no_int8[1])
 
+    def choice(self, key: str, default: str, allowed: Sequence[str]) -> str:
+        """The ``--option`` ``key`` (lower case), one of ``allowed``; :class:`InputError` otherwise."""
+        value = str(self.extra.get(key, default)).strip().lower()
+        if value not in allowed:
+            raise InputError(f"bad --option {key}={value}", f"{key} is one of: {', '.join(allowed)}")
+        return value
+
+    def flag(self, key: str) -> bool:
+        """A true/false ``--option`` (``true``, ``false``, ``1``, ``0``; default false)."""
+        return self.choice(key, "false", ("true", "false", "1", "0")) in ("true", "1")
+
 
 @dataclass
 class ConvertResult:

@@ -42,13 +42,6 @@ def _float_option(options: ConvertOptions, key: str, default: float) -> float:
     return value
 
 
-def _bool_option(options: ConvertOptions, key: str) -> bool:
-    raw = str(options.extra.get(key, "false")).lower()
-    if raw not in ("true", "false", "1", "0", "yes", "no"):
-        raise InputError(f"bad --option {key}={raw}", f"{key} is true or false")
-    return raw in ("true", "1", "yes")
-
-
 def _outputs_agree(original: Any, special: Any, feed: Dict[str, Any], tolerance: float) -> List[str]:
     """Run both on ONNX Runtime (CPU) and compare output by output; returns the lines of the check."""
     import numpy as np
@@ -136,7 +129,7 @@ def convert_to_onnx(source: Path, output: Path, options: ConvertOptions) -> Conv
 
     options.check(".onnx", _OPTIONS, ("this writes the model specialized, in its own precision",
                                       "quantize it after: sdk quantize flat.onnx --calib DATA"))
-    rewrite = _bool_option(options, "float_rewrites")
+    rewrite = options.flag("float_rewrites")
     tolerance = _float_option(options, "tolerance", 1e-4 if rewrite else 1e-6)
     cap = int(_float_option(options, "max_elements", 64))
     model = Model.load(source)

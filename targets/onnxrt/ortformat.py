@@ -43,20 +43,13 @@ ORT_FORMAT_LIMIT_BYTES = (1 << 31) - 1
 _OPTIONS = ("optimization", "platform", "type_reduction")
 
 
-def _option(options: ConvertOptions, key: str, default: str, allowed: Any) -> str:
-    value = str(options.extra.get(key, default)).strip().lower()
-    if value not in allowed:
-        raise InputError(f"bad --option {key}={value}", f"{key} is one of: {', '.join(allowed)}")
-    return value
-
-
 def _check_options(options: ConvertOptions) -> Dict[str, Any]:
     options.check(".ort", _OPTIONS, ("the ORT format keeps the model's own precision",
                                      "quantize first (sdk quantize model.onnx -o model.int8.onnx), then convert that"))
     return {
-        "style": _option(options, "optimization", "fixed", STYLES),
-        "platform": _option(options, "platform", "arm", PLATFORMS),
-        "type_reduction": _option(options, "type_reduction", "false", ("true", "false", "1", "0")) in ("true", "1"),
+        "style": options.choice("optimization", "fixed", STYLES),
+        "platform": options.choice("platform", "arm", PLATFORMS),
+        "type_reduction": options.flag("type_reduction"),
     }
 
 
