@@ -949,6 +949,7 @@ class _Run:
         it (so the speedup is the one bench reads of the two files), with what the quantizer's exact
         float rewrites changed (None: nothing that runs differently); the prepared FP32 where the
         source is not the written model's counterpart (input values decided an If) or does not open."""
+        from ..errors import first_line
         from .speed import session
 
         src = self.source_fp32
@@ -957,7 +958,8 @@ class _Run:
         try:
             sess = session(src.proto, threads)
         except Exception as exc:    # noqa: BLE001 - the runtime's own error, said in the report
-            return self.prepared.proto, f"the prepared FP32 graph (the source does not open in onnxruntime: {exc})", None
+            return (self.prepared.proto,
+                    f"the prepared FP32 graph (the source does not open in onnxruntime: {first_line(exc)})", None)
         notes, cfg = self.notes, self.cfg
         changed = [f"{k} x{v}" for k, v in (notes.get("float_rewrites") or {}).items()]
         changed += [f"opset {notes['opset_in']} -> {notes['opset_upgraded_to']}"] if notes.get("opset_upgraded_to") else []
